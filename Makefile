@@ -1,0 +1,42 @@
+# Two entry points for people: `make demo` and `make test`. Both build .venv themselves.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PACKAGES := -e '.[test]' -e ./contract_tests -e ./backends/sqlite -e ./backends/postgres -e ./backends/redis
+
+.PHONY: venv demo test lint typecheck unit kit negative clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml contract_tests/pyproject.toml backends/*/pyproject.toml
+	$(BIN)/python -m pip install --quiet $(PACKAGES)
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/quickstart.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+kit: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --pyargs docket_contract_tests --docket-backend memory://
+
+negative: $(STAMP)
+	$(BIN)/python -m docket_contract_tests.negative
+
+test: lint typecheck kit negative unit
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

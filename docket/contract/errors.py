@@ -1,0 +1,189 @@
+"""The closed error algebra and the other typed outcomes of store operations (layer 4).
+
+Store operations *return* these values; they do not raise them. A transition returns
+the stored :class:`~docket.records.Run` or exactly one :data:`TransitionError`; callers
+handle them with an exhaustive ``match`` (``assert_never`` in the fallthrough).
+Programmer misuse (a ``System`` scope where an owner is required, a malformed query)
+raises ``TypeError``/``ValueError`` instead: that is a bug to fix, not a state to handle.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TypeAlias
+
+import attrs
+
+from docket.records import Run
+
+
+@attrs.frozen
+class NotFound:
+    """Absent, or present in another scope: the two are deliberately indistinguishable."""
+
+    what: str = "run"
+
+
+@attrs.frozen
+class InvalidTransition:
+    """The proposal is malformed, breaks the run's immutable identity, or its events are."""
+
+    reasons: tuple[str, ...]
+
+
+@attrs.frozen
+class StaleCheckpoint:
+    """A fence was lost: the checkpoint moved on, or the claim token no longer holds."""
+
+    reason: str = "fence lost"
+
+
+@attrs.frozen
+class Conflict:
+    """The id is taken (``initialize``), or a ``transition_id`` was reused for other content."""
+
+    reason: str
+
+
+@attrs.frozen
+class EventConflict:
+    """Different content at an event sequence that is stored or repeated in the batch."""
+
+    seq: int
+
+
+@attrs.frozen
+class TooLarge:
+    """A declared limit (see ``Limits``) was exceeded; measured on canonical bytes."""
+
+    limit: str
+    size: int
+    maximum: int
+
+
+@attrs.frozen
+class Retryable:
+    """An infrastructure failure known to have changed nothing: safe to try again."""
+
+    reason: str
+
+
+@attrs.frozen
+class Permanent:
+    """An infrastructure failure that retrying will not fix (schema, corruption, auth)."""
+
+    reason: str
+
+
+TransitionError: TypeAlias = (
+    NotFound
+    | InvalidTransition
+    | StaleCheckpoint
+    | Conflict
+    | EventConflict
+    | TooLarge
+    | Retryable
+    | Permanent
+)
+TransitionResult: TypeAlias = Run | TransitionError
+
+TRANSITION_ERRORS: tuple[type, ...] = (
+    NotFound,
+    InvalidTransition,
+    StaleCheckpoint,
+    Conflict,
+    EventConflict,
+    TooLarge,
+    Retryable,
+    Permanent,
+)
+
+# -- outcomes of the other operations -------------------------------------------------------
+
+
+@attrs.frozen
+class ClaimRefreshed:
+    claimed_at: datetime
+
+
+@attrs.frozen
+class ClaimLost:
+    """The token no longer holds the run (stolen, revoked by a signal, released, gone)."""
+
+
+@attrs.frozen
+class InactiveRun:
+    """The run is terminal; nothing can be retried or changed."""
+
+
+@attrs.frozen
+class Rescheduled:
+    wake_at: datetime
+
+
+@attrs.frozen
+class Poisoned:
+    poisoned_at: datetime
+    reason: str
+
+
+@attrs.frozen
+class StaleAbandon:
+    """The abandon did not match (token or checkpoint moved): nothing changed."""
+
+
+AbandonOutcome: TypeAlias = Rescheduled | Poisoned | StaleAbandon
+
+
+@attrs.frozen
+class InvalidGraph:
+    """A graph document that cannot be stored under the given reference."""
+
+    reasons: tuple[str, ...]
+
+
+@attrs.frozen
+class GraphContentConflict:
+    """Stored bytes differ from the document although the hash matched (corruption)."""
+
+
+@attrs.frozen
+class CorruptGraph:
+    reason: str
+
+
+@attrs.frozen
+class CorruptEventRow:
+    seq: int
+    reason: str
+
+
+POISON_MAX_ATTEMPTS = "max_claim_attempts_exceeded"
+POISON_MAX_ABANDONS = "max_claim_abandons_exceeded"
+
+__all__ = [
+    "POISON_MAX_ABANDONS",
+    "POISON_MAX_ATTEMPTS",
+    "TRANSITION_ERRORS",
+    "AbandonOutcome",
+    "ClaimLost",
+    "ClaimRefreshed",
+    "Conflict",
+    "CorruptEventRow",
+    "CorruptGraph",
+    "EventConflict",
+    "GraphContentConflict",
+    "InactiveRun",
+    "InvalidGraph",
+    "InvalidTransition",
+    "NotFound",
+    "Permanent",
+    "Poisoned",
+    "Rescheduled",
+    "Retryable",
+    "StaleAbandon",
+    "StaleCheckpoint",
+    "TooLarge",
+    "TransitionError",
+    "TransitionResult",
+]

@@ -1,0 +1,205 @@
+"""The backend contract as typed Protocols (layer 4). Every operation is ``async``.
+
+A backend is one bundle: a :class:`Backend` that hands out its four focused stores.
+Stores of different bundles are never mixed, and no transaction crosses the contract:
+each operation is atomic on its own.
+
+Single-run operations take an *owner* scope (``Tenantless`` or ``Tenant``): run ids are
+unique per owner, so the owner is part of a run's address. ``System`` is accepted only
+where no single run is named (``claim_due``, ``list_runs``); a lease carries the owner
+of the run it holds, so recovery code always has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, TypeAlias, runtime_checkable
+
+from docket.contract.capabilities import Capabilities
+from docket.contract.errors import (
+    AbandonOutcome,
+    ClaimLost,
+    ClaimRefreshed,
+    CorruptEventRow,
+    CorruptGraph,
+    GraphContentConflict,
+    InactiveRun,
+    InvalidGraph,
+    NotFound,
+    Permanent,
+    Retryable,
+    TooLarge,
+    TransitionResult,
+)
+from docket.contract.proposals import (
+    AbandonPolicy,
+    ClaimBatch,
+    ClaimedProposal,
+    ClaimPolicy,
+    EventListQuery,
+    GraphListQuery,
+    InitProposal,
+    RunListQuery,
+    UnclaimedProposal,
+)
+from docket.records import (
+    Event,
+    EventPage,
+    GraphRef,
+    GraphVersion,
+    GraphVersionPage,
+    OwnerScope,
+    Run,
+    RunInfo,
+    RunPage,
+    Scope,
+)
+from docket.values import JSONDict
+
+GraphSaveResult: TypeAlias = (
+    GraphVersion | InvalidGraph | GraphContentConflict | TooLarge | Retryable | Permanent
+)
+
+
+@runtime_checkable
+class GraphStore(Protocol):
+    """Immutable, content-addressed graph documents, per owner scope."""
+
+    async def save_graph(
+        self, owner: OwnerScope, ref: GraphRef, document: JSONDict
+    ) -> GraphSaveResult: ...
+
+    async def fetch_graph(
+        self, owner: OwnerScope, ref: GraphRef
+    ) -> JSONDict | NotFound | CorruptGraph: ...
+
+    async def fetch_latest_graph_ref(
+        self, owner: OwnerScope, graph_id: str
+    ) -> GraphRef | NotFound: ...
+
+    async def list_graph_versions(
+        self, owner: OwnerScope, graph_id: str, query: GraphListQuery
+    ) -> GraphVersionPage: ...
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Run reads and the claim operations (the only writes outside transitions)."""
+
+    async def fetch_run(self, owner: OwnerScope, run_id: str) -> Run | NotFound: ...
+
+    async def inspect_run(self, owner: OwnerScope, run_id: str) -> RunInfo | NotFound: ...
+
+    async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage: ...
+
+    async def claim_due(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent: ...
+
+    async def refresh_claim(
+        self, owner: OwnerScope, run_id: str, token: str, now: datetime | None = None
+    ) -> ClaimRefreshed | ClaimLost: ...
+
+    async def release_claim(
+        self, owner: OwnerScope, run_id: str, token: str, now: datetime | None = None
+    ) -> None: ...
+
+    async def abandon_claim(
+        self, owner: OwnerScope, run_id: str, token: str, policy: AbandonPolicy
+    ) -> AbandonOutcome: ...
+
+    async def retry_poisoned_run(
+        self, owner: OwnerScope, run_id: str, now: datetime | None = None
+    ) -> Run | NotFound | InactiveRun: ...
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """Event reads. Events are written only inside transitions."""
+
+    async def fetch_event(
+        self, owner: OwnerScope, run_id: str, seq: int
+    ) -> Event | NotFound | CorruptEventRow: ...
+
+    async def fetch_latest_event(
+        self, owner: OwnerScope, run_id: str
+    ) -> Event | NotFound | CorruptEventRow | None: ...
+
+    async def list_events(
+        self, owner: OwnerScope, run_id: str, query: EventListQuery
+    ) -> EventPage | NotFound | CorruptEventRow: ...
+
+
+@runtime_checkable
+class TransitionStore(Protocol):
+    """The three atomic, all-or-nothing writes of run state."""
+
+    async def initialize(
+        self, owner: OwnerScope, proposal: InitProposal, events: Sequence[Event]
+    ) -> TransitionResult: ...
+
+    async def commit_claimed(
+        self, owner: OwnerScope, proposal: ClaimedProposal, events: Sequence[Event]
+    ) -> TransitionResult: ...
+
+    async def commit_unclaimed(
+        self,
+        owner: OwnerScope,
+        expected_checkpoint_seq: int,
+        proposal: UnclaimedProposal,
+        events: Sequence[Event],
+    ) -> TransitionResult: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One backend bundle: capabilities, the four stores, a clock, wake-ups, lifecycle."""
+
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def graphs(self) -> GraphStore: ...
+
+    @property
+    def runs(self) -> RunStore: ...
+
+    @property
+    def events(self) -> EventStore: ...
+
+    @property
+    def transitions(self) -> TransitionStore: ...
+
+    async def open(self) -> None:
+        """Acquire resources (connections, files); idempotent."""
+
+    async def close(self) -> None:
+        """Release resources; idempotent."""
+
+    async def now(self) -> datetime:
+        """The backend's one authoritative clock (the database's, where there is one)."""
+
+    async def wait_for_work(self, timeout: float) -> bool:
+        """Wait until the backend announces newly due work, or ``timeout`` seconds pass.
+
+        Returns ``True`` when woken by an announcement made after the call began. Work
+        becomes due, and is announced, on ``initialize``, on a release whose wake is
+        already due, on ``release_claim``, on an abandon, and on ``retry_poisoned_run``.
+        Polling stays the fallback: a worker always also re-polls on timeout.
+        """
+
+
+STORE_PROTOCOLS: dict[str, type] = {
+    "graphs": GraphStore,
+    "runs": RunStore,
+    "events": EventStore,
+    "transitions": TransitionStore,
+}
+
+__all__ = [
+    "STORE_PROTOCOLS",
+    "Backend",
+    "EventStore",
+    "GraphSaveResult",
+    "GraphStore",
+    "RunStore",
+    "TransitionStore",
+]

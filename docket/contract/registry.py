@@ -1,0 +1,82 @@
+"""Backend discovery: URL scheme → installed backend package (entry points).
+
+A backend package registers a :class:`BackendFactory` under the entry-point group
+``docket.backends``::
+
+    [project.entry-points."docket.backends"]
+    sqlite = "docket_sqlite:factory"
+
+``memory://`` is built in. Loading an entry point imports only the package that
+declared it, and only when its scheme is asked for (or :func:`available` is called).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
+from typing import Final
+
+import attrs
+
+from docket.contract.protocols import Backend
+
+GROUP: Final = "docket.backends"
+
+
+@attrs.frozen(kw_only=True)
+class BackendFactory:
+    name: str
+    schemes: tuple[str, ...]
+    create: Callable[[str, Mapping[str, object]], Backend]
+    description: str = ""
+
+
+class UnknownBackend(LookupError):
+    """No installed backend serves the URL's scheme."""
+
+
+def _builtin() -> dict[str, BackendFactory]:
+    from docket.contract.memory import factory
+
+    return {factory.name: factory}
+
+
+def available() -> dict[str, BackendFactory]:
+    """Every installed backend by name (``memory`` always among them)."""
+    found = _builtin()
+    for point in entry_points(group=GROUP):
+        if point.name in found:
+            continue
+        loaded = point.load()
+        if not isinstance(loaded, BackendFactory):
+            raise TypeError(
+                f"entry point {point.name!r} ({point.value}) in {GROUP!r} must be a "
+                f"docket.contract.registry.BackendFactory, got {type(loaded).__name__}"
+            )
+        found[point.name] = loaded
+    return found
+
+
+def scheme_of(url: str) -> str:
+    scheme, sep, _ = url.partition("://")
+    if not sep or not scheme:
+        raise ValueError(f"backend URL {url!r} has no scheme (e.g. sqlite:///app.db)")
+    return scheme.lower()
+
+
+def from_url(url: str, **options: object) -> Backend:
+    """Create (not open) the backend that serves ``url``'s scheme."""
+    scheme = scheme_of(url)
+    factories = available()
+    for backend_factory in factories.values():
+        if scheme in backend_factory.schemes:
+            return backend_factory.create(url, options)
+    served = sorted(s for f in factories.values() for s in f.schemes)
+    raise UnknownBackend(
+        f"no installed docket backend serves {scheme}:// (installed: "
+        f"{', '.join(s + '://' for s in served)}); install the package, "
+        f"e.g. pip install docket-{scheme.split('+')[0].replace('postgresql', 'postgres')}"
+    )
+
+
+__all__ = ["GROUP", "BackendFactory", "UnknownBackend", "available", "from_url", "scheme_of"]

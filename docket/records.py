@@ -1,0 +1,910 @@
+"""Durable records (layer 1): runs, events, checkpoints, graph refs, pages and scopes.
+
+Everything here is a frozen attrs value. ``converter`` (cattrs) turns each record into
+plain durable data and back; ``run_to_json``/``run_from_json`` and the event twins are
+the one storage encoding every backend uses, so a run stored by one backend reads back
+identically from any other.
+
+Records are typed, but nothing stops a caller from handing in junk at run time, so the
+validity checks (:func:`run_problems`, :func:`event_problems`) are written to inspect
+arbitrary objects without raising.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Final, TypeAlias, TypeVar, cast
+
+import attrs
+import cattrs
+
+from docket.values import (
+    JSONDict,
+    JSONValue,
+    canonical_json,
+    durable_errors,
+    from_micros,
+    to_micros,
+    utc,
+)
+
+_R = TypeVar("_R")
+
+# -- enums ---------------------------------------------------------------------------------
+
+
+class RunStatus(StrEnum):
+    CREATED = "created"  # in memory only, between build and the initialising commit
+    RUNNING = "running"
+    WAITING = "waiting"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL: Final = frozenset({RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED})
+DURABLE_STATUSES: Final = frozenset(RunStatus) - {RunStatus.CREATED}
+
+
+class EventType(StrEnum):
+    RUN_INITIALIZED = "run_initialized"
+    RUN_COMPLETED = "run_completed"
+    RUN_FAILED = "run_failed"
+    RUN_CANCELLED = "run_cancelled"
+    CHECKPOINT_COMMITTED = "checkpoint_committed"
+    NODE_COMPLETED = "node_completed"
+    NODE_FAILED = "node_failed"
+    CHANNEL_UPDATED = "channel_updated"
+    EDGE_TRIGGERED = "edge_triggered"
+    INTERRUPT_REQUESTED = "interrupt_requested"
+    INTERRUPT_RESOLVED = "interrupt_resolved"
+
+
+class CheckpointType(StrEnum):
+    RUN_INITIALIZED = "run_initialized"
+    STEP_COMMITTED = "step_committed"
+    RETRY_SCHEDULED = "retry_scheduled"
+    INTERRUPT_REQUESTED = "interrupt_requested"
+    INTERRUPT_RESOLVED = "interrupt_resolved"
+    RUN_COMPLETED = "run_completed"
+    RUN_FAILED = "run_failed"
+    RUN_CANCELLED = "run_cancelled"
+
+
+class InterruptStatus(StrEnum):
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+class WriteKind(StrEnum):
+    UPDATE = "update"
+    INTERRUPT = "interrupt"
+
+
+TASK_RETRY_SCHEDULED: Final = "retry_scheduled"
+TIMER_RETRY: Final = "retry"
+
+# -- scopes --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class System:
+    """Every tenant's rows; reserved for dispatchers and recovery (``claim_due``, listing)."""
+
+
+@attrs.frozen
+class Tenantless:
+    """Only rows that have no tenant. Not an unscoped read."""
+
+
+def _non_empty_str(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+
+
+@attrs.frozen
+class Tenant:
+    """Only the rows of tenant ``id``."""
+
+    id: str = attrs.field(validator=_non_empty_str)
+
+
+OwnerScope: TypeAlias = Tenantless | Tenant
+Scope: TypeAlias = System | Tenantless | Tenant
+
+SYSTEM: Final = System()
+TENANTLESS: Final = Tenantless()
+
+
+def tenant_id_of(owner: OwnerScope) -> str | None:
+    return owner.id if isinstance(owner, Tenant) else None
+
+
+def owner_scope(tenant_id: str | None) -> OwnerScope:
+    return TENANTLESS if tenant_id is None else Tenant(tenant_id)
+
+
+def scope_admits(scope: Scope, tenant_id: str | None) -> bool:
+    """Whether a row owned by ``tenant_id`` is visible to ``scope``."""
+    match scope:
+        case System():
+            return True
+        case Tenantless():
+            return tenant_id is None
+        case Tenant(id=wanted):
+            return tenant_id == wanted
+    raise TypeError(f"not a scope: {scope!r}")
+
+
+def require_scope(scope: object) -> Scope:
+    if not isinstance(scope, System | Tenantless | Tenant):
+        raise TypeError(f"expected System, Tenantless or Tenant, got {scope!r}")
+    return scope
+
+
+def require_owner(scope: object) -> OwnerScope:
+    if isinstance(scope, System):
+        raise ValueError("System is not an owner scope; name the tenant (or Tenantless)")
+    if not isinstance(scope, Tenantless | Tenant):
+        raise TypeError(f"expected Tenantless or Tenant, got {scope!r}")
+    return scope
+
+
+# -- run sub-records -----------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ChannelState:
+    channel_id: str
+    value: JSONValue = None
+    version: int = 0
+    barrier_seen: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class TaskFailure:
+    attempt: int
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class TaskState:
+    task_id: str
+    node_id: str
+    step: int
+    attempt: int
+    status: str
+    input_hash: str
+    idempotency_key: str
+    snapshot: JSONDict = attrs.field(factory=dict)
+    source_versions: dict[str, int] = attrs.field(factory=dict)
+    started_at: datetime | None = None
+    deadline_at: datetime | None = None
+    failures: tuple[TaskFailure, ...] = ()
+    metadata: JSONDict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class PendingWrite:
+    """A completed sibling result held back until its superstep's barrier commits."""
+
+    task_id: str
+    node_id: str
+    attempt: int
+    kind: WriteKind
+    value: JSONDict
+
+
+@attrs.frozen(kw_only=True)
+class InterruptState:
+    id: str
+    node_id: str
+    status: InterruptStatus
+    resume_channel: str
+    schema: JSONDict | None
+    created_at: datetime
+    resolved_at: datetime | None = None
+    metadata: JSONDict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class TimerState:
+    kind: str
+    fires_at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class Failure:
+    code: str
+    message: str
+    node_id: str | None = None
+    details: JSONDict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Run:
+    """The run document: everything the graph execution has committed, nothing operational."""
+
+    id: str
+    graph_id: str
+    graph_hash: str
+    status: RunStatus
+    started_at: datetime
+    updated_at: datetime
+    input: JSONDict = attrs.field(factory=dict)
+    output: JSONDict | None = None
+    failure: Failure | None = None
+    finished_at: datetime | None = None
+    step: int = 0
+    channels: dict[str, ChannelState] = attrs.field(factory=dict)
+    changed_channels: frozenset[str] = frozenset()
+    pending_nodes: frozenset[str] = frozenset()
+    active_tasks: dict[str, TaskState] = attrs.field(factory=dict)
+    pending_writes: tuple[PendingWrite, ...] = ()
+    interrupts: dict[str, InterruptState] = attrs.field(factory=dict)
+    timers: dict[str, TimerState] = attrs.field(factory=dict)
+    checkpoint_seq: int = 0
+    event_seq: int = 0
+    metadata: JSONDict = attrs.field(factory=dict)
+
+    @property
+    def immutable_identity(self) -> tuple[str, str, str, datetime]:
+        return (self.id, self.graph_id, self.graph_hash, self.started_at)
+
+
+# -- events and checkpoints ----------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    run_id: str
+    seq: int
+    type: EventType
+    step: int
+    timestamp: datetime
+    node_id: str | None = None
+    channel_id: str | None = None
+    task_id: str | None = None
+    payload: JSONDict = attrs.field(factory=dict)
+    metadata: JSONDict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Checkpoint:
+    """What one durable commit produced; exists only after the commit succeeded."""
+
+    type: CheckpointType
+    seq: int
+    run: Run
+    events: tuple[Event, ...]
+    created_at: datetime
+    metadata: JSONDict = attrs.field(factory=dict)
+
+
+# -- graph references ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class GraphRef:
+    """A scope-relative address of one immutable graph version (not a credential)."""
+
+    graph_id: str
+    graph_hash: str
+
+
+@attrs.frozen(kw_only=True)
+class GraphVersion:
+    ref: GraphRef
+    published_at: datetime
+
+
+# -- operational views ---------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RunInfo:
+    """The run document plus the backend's operational facts. Never carries the token."""
+
+    run: Run
+    tenant_id: str | None
+    wake_at: datetime | None
+    claimed_at: datetime | None
+    claim_attempts: int
+    claim_abandons: int
+    poisoned_at: datetime | None
+    poison_reason: str | None
+    latest_checkpoint_type: CheckpointType
+
+    @property
+    def poisoned(self) -> bool:
+        return self.poisoned_at is not None
+
+    @property
+    def claimed(self) -> bool:
+        return self.claimed_at is not None
+
+
+@attrs.frozen(kw_only=True)
+class RunSummary:
+    """What a collection read returns: index columns only, never the decoded state."""
+
+    id: str
+    tenant_id: str | None
+    graph_id: str
+    graph_hash: str
+    status: RunStatus
+    step: int
+    checkpoint_seq: int
+    started_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, run: Run, tenant_id: str | None) -> RunSummary:
+        return cls(
+            id=run.id,
+            tenant_id=tenant_id,
+            graph_id=run.graph_id,
+            graph_hash=run.graph_hash,
+            status=run.status,
+            step=run.step,
+            checkpoint_seq=run.checkpoint_seq,
+            started_at=run.started_at,
+            updated_at=run.updated_at,
+            finished_at=run.finished_at,
+        )
+
+
+# -- pages and cursors (one implementation of the cursor rules for every backend) ----------
+
+
+@attrs.frozen
+class RunCursor:
+    """Exclusive keyset position in newest-first run order ``(started_at, id)``."""
+
+    started_at: datetime
+    run_id: str
+
+
+@attrs.frozen
+class GraphVersionCursor:
+    """Exclusive keyset position in newest-first version order ``(published_at, hash)``."""
+
+    published_at: datetime
+    graph_hash: str
+
+
+def run_order_key(summary: RunSummary) -> tuple[int, str]:
+    """Sort key for newest-first run listing (use with ``reverse=True``)."""
+    return (to_micros(summary.started_at), summary.id)
+
+
+def run_before(summary: RunSummary, cursor: RunCursor | None) -> bool:
+    """Whether ``summary`` lies strictly after ``cursor`` in newest-first order."""
+    if cursor is None:
+        return True
+    return run_order_key(summary) < (to_micros(cursor.started_at), cursor.run_id)
+
+
+def version_order_key(version: GraphVersion) -> tuple[int, str]:
+    return (to_micros(version.published_at), version.ref.graph_hash)
+
+
+def version_before(version: GraphVersion, cursor: GraphVersionCursor | None) -> bool:
+    if cursor is None:
+        return True
+    return version_order_key(version) < (to_micros(cursor.published_at), cursor.graph_hash)
+
+
+@attrs.frozen(kw_only=True)
+class RunPage:
+    runs: tuple[RunSummary, ...]
+    next_before: RunCursor | None
+    has_more: bool
+
+    @classmethod
+    def from_candidates(
+        cls, candidates: Sequence[RunSummary], limit: int, before: RunCursor | None
+    ) -> RunPage:
+        """Build a page from up to ``limit + 1`` candidates already in newest-first order."""
+        runs = tuple(candidates[:limit])
+        cursor = RunCursor(runs[-1].started_at, runs[-1].id) if runs else before
+        return cls(runs=runs, next_before=cursor, has_more=len(candidates) > limit)
+
+
+@attrs.frozen(kw_only=True)
+class GraphVersionPage:
+    versions: tuple[GraphVersion, ...]
+    next_before: GraphVersionCursor | None
+    has_more: bool
+
+    @classmethod
+    def from_candidates(
+        cls, candidates: Sequence[GraphVersion], limit: int, before: GraphVersionCursor | None
+    ) -> GraphVersionPage:
+        versions = tuple(candidates[:limit])
+        cursor = (
+            GraphVersionCursor(versions[-1].published_at, versions[-1].ref.graph_hash)
+            if versions
+            else before
+        )
+        return cls(versions=versions, next_before=cursor, has_more=len(candidates) > limit)
+
+
+@attrs.frozen(kw_only=True)
+class EventPage:
+    """Ascending events after a cursor, with the retained bounds read in the same snapshot.
+
+    ``latest_seq`` is the run document's ``event_seq``; ``latest_seq > 0`` with
+    ``latest_available_seq is None`` means every event was pruned.
+    """
+
+    events: tuple[Event, ...]
+    next_after_seq: int
+    has_more: bool
+    oldest_available_seq: int | None
+    latest_available_seq: int | None
+    latest_seq: int
+
+    @classmethod
+    def from_candidates(
+        cls,
+        candidates: Sequence[Event],
+        *,
+        limit: int,
+        after_seq: int,
+        oldest_available_seq: int | None,
+        latest_available_seq: int | None,
+        latest_seq: int,
+    ) -> EventPage:
+        events = tuple(candidates[:limit])
+        next_after = events[-1].seq if events else after_seq
+        has_more = latest_available_seq is not None and latest_available_seq > next_after
+        return cls(
+            events=events,
+            next_after_seq=next_after,
+            has_more=has_more,
+            oldest_available_seq=oldest_available_seq,
+            latest_available_seq=latest_available_seq,
+            latest_seq=latest_seq,
+        )
+
+
+# -- the one storage encoding --------------------------------------------------------------
+
+
+def format_timestamp(moment: datetime) -> str:
+    """UTC, always six fractional digits, ``Z`` suffix: sorts and compares as text."""
+    return utc(moment).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_timestamp(text: str) -> datetime:
+    if not isinstance(text, str) or not text.endswith("Z"):
+        raise ValueError(f"timestamp must be an ISO-8601 UTC string ending in Z, got {text!r}")
+    return utc(datetime.fromisoformat(text[:-1] + "+00:00"))
+
+
+def _is_durable_alias(tp: object) -> bool:
+    return tp is JSONValue or tp is JSONDict
+
+
+def _structure_durable(value: object, tp: object) -> JSONValue:
+    errors = durable_errors(value)
+    if errors:
+        raise ValueError("; ".join(errors))
+    if tp is JSONDict and not isinstance(value, dict):
+        raise ValueError(f"expected an object, got {type(value).__name__}")
+    return cast(JSONValue, value)  # validated as durable just above
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook_func(_is_durable_alias, _structure_durable)
+    conv.register_unstructure_hook_func(_is_durable_alias, lambda value: value)
+    conv.register_unstructure_hook_func(
+        lambda tp: isinstance(tp, type) and issubclass(tp, StrEnum), lambda value: value.value
+    )
+    conv.register_unstructure_hook(datetime, format_timestamp)
+    conv.register_structure_hook(datetime, lambda value, _: parse_timestamp(value))
+    conv.register_unstructure_hook_func(
+        lambda tp: getattr(tp, "__origin__", None) is frozenset or tp is frozenset,
+        lambda value: sorted(value),
+    )
+    return conv
+
+
+#: cattrs converter for every record in this module (durable dict form, strict on load).
+converter: Final = _make_converter()
+
+
+class RecordDecodeError(ValueError):
+    """Stored data that does not decode to the record it claims to be (every reason)."""
+
+    def __init__(self, record: str, reasons: list[str]) -> None:
+        self.reasons = tuple(reasons)
+        super().__init__(f"not a valid {record}: " + "; ".join(reasons))
+
+
+def _structure(data: object, cls: type[_R]) -> _R:
+    if not isinstance(data, Mapping):
+        raise RecordDecodeError(cls.__name__, [f"expected an object, got {type(data).__name__}"])
+    try:
+        return converter.structure(dict(data), cls)
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        reasons = (
+            cattrs.transform_error(exc)
+            if isinstance(exc, cattrs.BaseValidationError)
+            else [str(exc)]
+        )
+        raise RecordDecodeError(cls.__name__, reasons) from exc
+
+
+def run_to_dict(run: Run) -> JSONDict:
+    data: JSONDict = converter.unstructure(run)
+    return data
+
+
+def run_from_dict(data: Mapping[str, object]) -> Run:
+    return _structure(data, Run)
+
+
+def run_to_json(run: Run) -> bytes:
+    return canonical_json(run_to_dict(run))
+
+
+def run_from_json(data: bytes | str) -> Run:
+    return run_from_dict(json.loads(data))
+
+
+def event_to_dict(event: Event) -> JSONDict:
+    data: JSONDict = converter.unstructure(event)
+    return data
+
+
+def event_from_dict(data: Mapping[str, object]) -> Event:
+    return _structure(data, Event)
+
+
+def event_to_json(event: Event) -> bytes:
+    return canonical_json(event_to_dict(event))
+
+
+def event_from_json(data: bytes | str) -> Event:
+    return event_from_dict(json.loads(data))
+
+
+def event_content(event: Event) -> bytes:
+    """Canonical bytes that define event equality (``run_id``/``seq`` are the key)."""
+    return canonical_json(
+        {
+            "type": str(event.type),
+            "step": event.step,
+            "node_id": event.node_id,
+            "channel_id": event.channel_id,
+            "task_id": event.task_id,
+            "payload": event.payload,
+            "metadata": event.metadata,
+            "timestamp_us": to_micros(event.timestamp),
+        }
+    )
+
+
+# -- identity formulas ---------------------------------------------------------------------
+
+
+def task_id(run_id: str, step: int, node_id: str) -> str:
+    return f"{run_id}:{step}:{node_id}"
+
+
+def idempotency_key(task: str, attempt: int) -> str:
+    return f"{task}:{attempt}"
+
+
+# -- validity (pure, never raises on junk) -------------------------------------------------
+
+
+@attrs.frozen
+class InvalidRun:
+    """Why a run document is not durable-valid (every reason, each naming its field)."""
+
+    reasons: tuple[str, ...]
+
+
+def _is_int(value: object, minimum: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _is_utc(value: object) -> bool:
+    return (
+        isinstance(value, datetime)
+        and value.tzinfo is not None
+        and value.utcoffset() is not None
+        and value.utcoffset().total_seconds() == 0  # type: ignore[union-attr]  # checked above
+    )
+
+
+def _durable_dict(value: object, path: str, out: list[str]) -> None:
+    if not isinstance(value, dict):
+        out.append(f"{path}: expected an object, got {type(value).__name__}")
+    else:
+        out.extend(durable_errors(value, path))
+
+
+def _check_task(key: str, task: object, run: Run, out: list[str]) -> None:
+    where = f"active_tasks.{key}"
+    if not isinstance(task, TaskState):
+        out.append(f"{where}: not a TaskState")
+        return
+    if task.task_id != key:
+        out.append(f"{where}: task_id {task.task_id!r} differs from its key")
+    if task.status != TASK_RETRY_SCHEDULED:
+        out.append(f"{where}: status must be {TASK_RETRY_SCHEDULED!r}")
+    if not _is_str(task.node_id) or task.task_id != task_id(run.id, run.step, task.node_id):
+        out.append(f"{where}: task_id must be '<run>:<step>:<node>' for the current step")
+    if task.step != run.step:
+        out.append(f"{where}: step {task.step!r} is not the run's step")
+    if not isinstance(task.failures, tuple) or not all(
+        isinstance(f, TaskFailure) for f in task.failures
+    ):
+        out.append(f"{where}: failures must be a tuple of TaskFailure")
+        return
+    attempts = [f.attempt for f in task.failures]
+    if not attempts or attempts != list(range(1, len(attempts) + 1)):
+        out.append(f"{where}: failures must record attempts 1..n in order")
+    if task.attempt != len(attempts) + 1:
+        out.append(f"{where}: attempt must be one more than the recorded failures")
+    if task.idempotency_key != idempotency_key(task.task_id, task.attempt):
+        out.append(f"{where}: idempotency_key must be '<task_id>:<attempt>'")
+    if task.started_at is not None or task.deadline_at is not None:
+        out.append(f"{where}: a parked task has no started_at/deadline_at")
+    if not _is_str(task.input_hash):
+        out.append(f"{where}: input_hash must be a non-empty string")
+    _durable_dict(task.snapshot, f"{where}.snapshot", out)
+    _durable_dict(task.metadata, f"{where}.metadata", out)
+
+
+def _check_interrupt_request(path: str, value: JSONDict, node_id: str, out: list[str]) -> None:
+    ident = value.get("id")
+    if ident is not None and not _is_str(ident):
+        out.append(f"{path}.id: must be a non-empty string when present")
+    owner = value.get("node_id")
+    if owner is not None and owner != node_id:
+        out.append(f"{path}.node_id: must be the writing node")
+    if not _is_str(value.get("resume_channel")):
+        out.append(f"{path}.resume_channel: must be a non-empty string")
+    schema = value.get("schema")
+    if schema is not None and not isinstance(schema, dict):
+        out.append(f"{path}.schema: must be an object or null")
+    metadata = value.get("metadata", {})
+    if not isinstance(metadata, dict):
+        out.append(f"{path}.metadata: must be an object")
+
+
+def run_problems(run: object) -> list[str]:
+    """Every reason ``run`` is not durable-valid (runtime-spec §1.6); empty when valid."""
+    if not isinstance(run, Run):
+        return [f"run: expected a Run, got {type(run).__name__}"]
+    out: list[str] = []
+    if not isinstance(run.status, RunStatus) or run.status not in DURABLE_STATUSES:
+        out.append(f"status: {run.status!r} is not a durable status")
+    for name in ("id", "graph_id", "graph_hash"):
+        if not _is_str(getattr(run, name)):
+            out.append(f"{name}: must be a non-empty string")
+    for name in ("step", "checkpoint_seq", "event_seq"):
+        if not _is_int(getattr(run, name)):
+            out.append(f"{name}: must be a non-negative integer")
+    _durable_dict(run.input, "input", out)
+    _durable_dict(run.metadata, "metadata", out)
+    status = run.status if isinstance(run.status, RunStatus) else None
+    if run.output is not None:
+        _durable_dict(run.output, "output", out)
+        if status is not RunStatus.DONE:
+            out.append("output: present only on done runs")
+    for name in ("started_at", "updated_at"):
+        if not _is_utc(getattr(run, name)):
+            out.append(f"{name}: must be an aware UTC datetime")
+    terminal = status is not None and status.terminal
+    if run.finished_at is None:
+        if terminal:
+            out.append("finished_at: required for a terminal run")
+    elif not _is_utc(run.finished_at):
+        out.append("finished_at: must be an aware UTC datetime")
+    elif not terminal:
+        out.append("finished_at: present only on terminal runs")
+    if (run.failure is not None) != (status is RunStatus.FAILED):
+        out.append("failure: present exactly when the run failed")
+    if run.failure is not None:
+        failure = run.failure
+        if not isinstance(failure, Failure):
+            out.append("failure: not a Failure")
+        else:
+            if not _is_str(failure.code) or not _is_str(failure.message):
+                out.append("failure: code and message must be non-empty strings")
+            if failure.node_id is not None and not _is_str(failure.node_id):
+                out.append("failure.node_id: must be a non-empty string or null")
+            _durable_dict(failure.details, "failure.details", out)
+    if out:
+        return out  # structure is broken: the detailed checks below would only echo it
+    _check_collections(run, out)
+    return out
+
+
+def _check_collections(run: Run, out: list[str]) -> None:
+    if not isinstance(run.channels, dict):
+        out.append("channels: must be a dict")
+    else:
+        for key, channel in run.channels.items():
+            if not isinstance(channel, ChannelState) or channel.channel_id != key:
+                out.append(f"channels.{key}: must be a ChannelState keyed by its channel_id")
+            elif not _is_int(channel.version):
+                out.append(f"channels.{key}: version must be a non-negative integer")
+            else:
+                out.extend(durable_errors(channel.value, f"channels.{key}.value"))
+                seen = channel.barrier_seen
+                if not isinstance(seen, tuple) or list(seen) != sorted(set(seen)):
+                    out.append(f"channels.{key}: barrier_seen must be sorted and unique")
+    for name in ("changed_channels", "pending_nodes"):
+        value = getattr(run, name)
+        if not isinstance(value, frozenset) or not all(_is_str(v) for v in value):
+            out.append(f"{name}: must be a frozenset of non-empty strings")
+    for key, timer in run.timers.items() if isinstance(run.timers, dict) else ():
+        if not isinstance(timer, TimerState) or timer.kind != TIMER_RETRY:
+            out.append(f"timers.{key}: must be a retry TimerState")
+        elif not _is_utc(timer.fires_at):
+            out.append(f"timers.{key}: fires_at must be an aware UTC datetime")
+    if not isinstance(run.timers, dict) or not isinstance(run.active_tasks, dict):
+        out.append("timers/active_tasks: must be dicts")
+        return
+    for key, task in run.active_tasks.items():
+        _check_task(key, task, run, out)
+    if set(run.active_tasks) != set(run.timers):
+        out.append("timers: keys must equal the active task ids")
+    writes = run.pending_writes
+    if not isinstance(writes, tuple) or not all(isinstance(w, PendingWrite) for w in writes):
+        out.append("pending_writes: must be a tuple of PendingWrite")
+        return
+    if (run.active_tasks or writes or run.timers) and run.status is not RunStatus.RUNNING:
+        out.append("active superstep: only a running run may have tasks, writes or timers")
+    if writes and not run.active_tasks:
+        out.append("pending_writes: require at least one active task")
+    nodes = [t.node_id for t in run.active_tasks.values() if isinstance(t, TaskState)]
+    nodes += [w.node_id for w in writes]
+    if len(nodes) != len(set(nodes)):
+        out.append("active superstep: a node appears more than once across tasks and writes")
+    for index, write in enumerate(writes):
+        path = f"pending_writes[{index}]"
+        if write.task_id != task_id(run.id, run.step, write.node_id):
+            out.append(f"{path}: task_id must be '<run>:<step>:<node>' for the current step")
+        if not _is_int(write.attempt, 1):
+            out.append(f"{path}: attempt must be a positive integer")
+        if not isinstance(write.kind, WriteKind):
+            out.append(f"{path}: kind must be update or interrupt")
+        _durable_dict(write.value, f"{path}.value", out)
+        if write.kind is WriteKind.INTERRUPT and isinstance(write.value, dict):
+            _check_interrupt_request(f"{path}.value", write.value, write.node_id, out)
+    if not isinstance(run.interrupts, dict):
+        out.append("interrupts: must be a dict")
+        return
+    for key, intr in run.interrupts.items():
+        where = f"interrupts.{key}"
+        if not isinstance(intr, InterruptState) or intr.id != key:
+            out.append(f"{where}: must be an InterruptState keyed by its id")
+            continue
+        if not _is_str(intr.node_id) or not _is_str(intr.resume_channel):
+            out.append(f"{where}: node_id and resume_channel must be non-empty strings")
+        if not _is_utc(intr.created_at):
+            out.append(f"{where}: created_at must be an aware UTC datetime")
+        if (intr.resolved_at is None) != (intr.status is InterruptStatus.OPEN):
+            out.append(f"{where}: resolved_at is set exactly when resolved")
+        if intr.schema is not None:
+            _durable_dict(intr.schema, f"{where}.schema", out)
+        _durable_dict(intr.metadata, f"{where}.metadata", out)
+
+
+def validate_run(run: object) -> InvalidRun | None:
+    """Durable validity of a run document as one typed answer (``None`` when valid)."""
+    problems = run_problems(run)
+    return InvalidRun(tuple(problems)) if problems else None
+
+
+def event_problems(event: object, run_id: str | None = None) -> list[str]:
+    """Shape of one event; with ``run_id``, also that it belongs to that run."""
+    if not isinstance(event, Event):
+        return [f"event: expected an Event, got {type(event).__name__}"]
+    out: list[str] = []
+    where = f"event[{event.seq!r}]"
+    if not _is_str(event.run_id):
+        out.append(f"{where}.run_id: must be a non-empty string")
+    elif run_id is not None and event.run_id != run_id:
+        out.append(f"{where}.run_id: {event.run_id!r} is not the proposal's run {run_id!r}")
+    if not _is_int(event.seq, 1):
+        out.append(f"{where}.seq: must be a positive integer")
+    if not isinstance(event.type, EventType):
+        out.append(f"{where}.type: {event.type!r} is not an event type")
+    if not _is_int(event.step):
+        out.append(f"{where}.step: must be a non-negative integer")
+    if not _is_utc(event.timestamp):
+        out.append(f"{where}.timestamp: must be an aware UTC datetime")
+    for name in ("node_id", "channel_id", "task_id"):
+        value = getattr(event, name)
+        if value is not None and not _is_str(value):
+            out.append(f"{where}.{name}: must be a non-empty string or null")
+    _durable_dict(event.payload, f"{where}.payload", out)
+    _durable_dict(event.metadata, f"{where}.metadata", out)
+    return out
+
+
+__all__ = [
+    "DURABLE_STATUSES",
+    "SYSTEM",
+    "TENANTLESS",
+    "ChannelState",
+    "Checkpoint",
+    "CheckpointType",
+    "Event",
+    "EventPage",
+    "EventType",
+    "Failure",
+    "GraphRef",
+    "GraphVersion",
+    "GraphVersionCursor",
+    "GraphVersionPage",
+    "InterruptState",
+    "InterruptStatus",
+    "InvalidRun",
+    "OwnerScope",
+    "PendingWrite",
+    "RecordDecodeError",
+    "Run",
+    "RunCursor",
+    "RunInfo",
+    "RunPage",
+    "RunStatus",
+    "RunSummary",
+    "Scope",
+    "System",
+    "TaskFailure",
+    "TaskState",
+    "Tenant",
+    "Tenantless",
+    "TimerState",
+    "WriteKind",
+    "converter",
+    "event_content",
+    "event_from_dict",
+    "event_from_json",
+    "event_problems",
+    "event_to_dict",
+    "event_to_json",
+    "format_timestamp",
+    "from_micros",
+    "idempotency_key",
+    "owner_scope",
+    "parse_timestamp",
+    "require_owner",
+    "require_scope",
+    "run_before",
+    "run_from_dict",
+    "run_from_json",
+    "run_order_key",
+    "run_problems",
+    "run_to_dict",
+    "run_to_json",
+    "scope_admits",
+    "task_id",
+    "tenant_id_of",
+    "validate_run",
+    "version_before",
+    "version_order_key",
+]

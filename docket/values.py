@@ -1,0 +1,179 @@
+"""Durable values, canonical JSON, hashing and timestamps (layer 1).
+
+A *durable value* is the only kind of data docket stores or hashes: ``None``,
+``bool``, ``int``, finite ``float``, ``str``, ``list`` of durable values and
+``dict`` with ``str`` keys that do not start with ``$``. One rule, used for graph
+config, metadata, policies, run inputs, node writes and event payloads.
+
+Canonical JSON (sorted keys, no whitespace, UTF-8, NaN/Infinity rejected) is the
+single encoding behind every content hash. Python's ``json`` keeps ``1`` and
+``1.0`` distinct (``"1"`` vs ``"1.0"``), which is what we want: they are
+different values and must hash differently.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
+from typing_extensions import TypeAliasType
+
+# Real runtime aliases (not strings) so cattrs can recognise durable fields in records.
+JSONValue = TypeAliasType(
+    "JSONValue", "bool | int | float | str | list[JSONValue] | dict[str, JSONValue] | None"
+)
+JSONDict = TypeAliasType("JSONDict", "dict[str, JSONValue]")
+
+#: The one key a document may use with a ``$`` prefix (guard expressions in JSON).
+GUARD_TAG = "$guard"
+
+__all__ = [
+    "GUARD_TAG",
+    "JSONDict",
+    "JSONValue",
+    "NonDurableValue",
+    "canonical_json",
+    "coerce_durable",
+    "content_hash",
+    "durable_errors",
+    "ensure_durable",
+    "from_micros",
+    "is_durable",
+    "sha256_hex",
+    "to_micros",
+    "utc",
+]
+
+
+class NonDurableValue(ValueError):
+    """A value that docket cannot store: carries every reason, each with a path."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        self.reasons = tuple(reasons)
+        super().__init__("; ".join(reasons))
+
+
+def durable_errors(value: object, path: str = "$", *, allow_guard_tag: bool = False) -> list[str]:
+    """Every reason ``value`` is not durable, as ``"<path>: <reason>"``; empty if durable."""
+    errors: list[str] = []
+    _walk(value, path, errors, allow_guard_tag)
+    return errors
+
+
+def _walk(value: object, path: str, errors: list[str], allow_guard: bool) -> None:
+    # bool before int: bool is a subclass of int and is its own durable kind.
+    if value is None or isinstance(value, bool | str):
+        return
+    if isinstance(value, int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            errors.append(f"{path}: non-finite float {value!r} is not durable")
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _walk(item, f"{path}[{index}]", errors, allow_guard)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                errors.append(f"{path}: key {key!r} is not a string")
+                continue
+            if key.startswith("$") and not (allow_guard and key == GUARD_TAG):
+                errors.append(f"{path}: key {key!r} starts with '$', which is reserved")
+                continue
+            _walk(item, f"{path}.{key}", errors, allow_guard)
+        return
+    if isinstance(value, tuple):
+        errors.append(f"{path}: tuple is not durable (use a list)")
+        return
+    errors.append(f"{path}: {type(value).__name__} is not durable")
+
+
+def is_durable(value: object) -> bool:
+    return not durable_errors(value)
+
+
+def ensure_durable(value: object, path: str = "$") -> JSONValue:
+    """Return ``value`` unchanged if it is durable, else raise :class:`NonDurableValue`."""
+    errors = durable_errors(value, path)
+    if errors:
+        raise NonDurableValue(errors)
+    return cast(JSONValue, value)  # checked structurally just above
+
+
+def coerce_durable(value: object, path: str = "$") -> JSONValue:
+    """Coerce the Python analogues of durable values, then validate.
+
+    ``str``-valued enum members become their value (keys too); everything else must
+    already be durable. Key collisions after coercion are rejected.
+    """
+    if isinstance(value, enum.Enum):
+        if isinstance(value.value, str):
+            return value.value
+        raise NonDurableValue([f"{path}: enum {value!r} has a non-string value"])
+    if isinstance(value, list):
+        return [coerce_durable(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        out: dict[str, JSONValue] = {}
+        for key, item in value.items():
+            name = key.value if isinstance(key, enum.Enum) and isinstance(key.value, str) else key
+            if not isinstance(name, str):
+                raise NonDurableValue([f"{path}: key {key!r} is not a string"])
+            if name in out:
+                raise NonDurableValue([f"{path}: key {name!r} appears twice after coercion"])
+            out[name] = coerce_durable(item, f"{path}.{name}")
+        return ensure_durable(out, path)
+    return ensure_durable(value, path)
+
+
+def canonical_json(value: object) -> bytes:
+    """Deterministic bytes of a durable value (sorted keys, no whitespace, UTF-8).
+
+    Raises :class:`NonDurableValue` for anything that is not a durable value (the
+    ``$guard`` tag is allowed so graph documents can be hashed).
+    """
+    errors = durable_errors(value, allow_guard_tag=True)
+    if errors:
+        raise NonDurableValue(errors)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_hash(value: object) -> str:
+    """Lowercase hex SHA-256 of the canonical JSON of ``value``."""
+    return sha256_hex(canonical_json(value))
+
+
+# -- timestamps ---------------------------------------------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def utc(moment: datetime) -> datetime:
+    """Normalise an aware datetime to UTC; naive datetimes are refused (ambiguous)."""
+    if not isinstance(moment, datetime):
+        raise TypeError(f"expected a datetime, got {type(moment).__name__}")
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"naive datetime {moment.isoformat()} is ambiguous; pass an aware one")
+    return moment.astimezone(UTC)
+
+
+def to_micros(moment: datetime) -> int:
+    """Whole microseconds since the Unix epoch (exact: no float rounding)."""
+    delta = utc(moment) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
