@@ -1,0 +1,127 @@
+"""Negotiation checks the whole bundle; discovery maps URL schemes to installed backends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+
+from docket.contract import (
+    BackendContractError,
+    Capabilities,
+    ContractDefect,
+    Limits,
+    negotiate,
+)
+from docket.contract.memory import MemoryBackend
+from docket.contract.registry import UnknownBackend, available, from_url, scheme_of
+
+
+def test_the_memory_backend_negotiates() -> None:
+    caps = negotiate(MemoryBackend())
+    assert caps.contract_version == 2 and caps.transitions_version == 1
+    assert caps.limits == Limits()
+
+
+class Declares(MemoryBackend):
+    def __init__(self, caps: object) -> None:
+        super().__init__()
+        self._caps = caps
+
+    def capabilities(self) -> Any:
+        return self._caps
+
+
+class WithoutStore(MemoryBackend):
+    @property
+    def events(self) -> Any:
+        return None
+
+
+class HalfStore:
+    async def fetch_event(self, owner: object, run_id: str, seq: int) -> None: ...
+
+
+class IncompleteEvents(MemoryBackend):
+    @property
+    def events(self) -> Any:
+        return HalfStore()
+
+
+class SyncRuns(MemoryBackend):
+    def fetch_run(self, owner: Any, run_id: str) -> Any:
+        return None
+
+
+class RenamedParams(MemoryBackend):
+    async def fetch_run(self, scope: Any, ident: str) -> Any:
+        return None
+
+
+class NoClock(MemoryBackend):
+    now = None  # type: ignore[assignment]
+
+
+class NoCapabilities:
+    pass
+
+
+CASES: list[tuple[Callable[[], object], ContractDefect, str]] = [
+    (NoCapabilities, ContractDefect.NO_CAPABILITIES, "capabilities()"),
+    (
+        lambda: Declares({"contract_version": 2}),
+        ContractDefect.INVALID_CAPABILITIES,
+        "Capabilities",
+    ),
+    (lambda: Declares(Capabilities(contract_version=1)), ContractDefect.CONTRACT_V1_REMOVED, "v"),
+    (lambda: Declares(Capabilities(contract_version=3)), ContractDefect.UNSUPPORTED_CONTRACT, "3"),
+    (
+        lambda: Declares(Capabilities(transitions_version=2)),
+        ContractDefect.UNSUPPORTED_TRANSITIONS,
+        "exactly 1",
+    ),
+    (
+        lambda: Declares(Capabilities(limits=Limits(max_event_bytes=0))),
+        ContractDefect.INVALID_LIMITS,
+        "max_event_bytes",
+    ),
+    (WithoutStore, ContractDefect.MISSING_STORE, "WithoutStore.events"),
+    (IncompleteEvents, ContractDefect.INCOMPLETE_STORE, "EventStore.fetch_latest_event"),
+    (SyncRuns, ContractDefect.NOT_ASYNC, "fetch_run"),
+    (RenamedParams, ContractDefect.BAD_SIGNATURE, "(owner, run_id)"),
+    (NoClock, ContractDefect.MISSING_LIFECYCLE, "now"),
+]
+
+
+@pytest.mark.parametrize(("make", "code", "fragment"), CASES, ids=[c[1].value for c in CASES])
+def test_each_defect_has_its_own_code_and_message(
+    make: Callable[[], object], code: ContractDefect, fragment: str
+) -> None:
+    with pytest.raises(BackendContractError) as caught:
+        negotiate(make())
+    assert caught.value.code is code
+    assert fragment in str(caught.value)
+
+
+def test_memory_is_always_available_and_each_url_gets_a_fresh_store() -> None:
+    assert "memory" in available()
+    first, second = from_url("memory://"), from_url("memory://")
+    assert isinstance(first, MemoryBackend) and first is not second
+
+
+def test_unknown_schemes_say_what_to_install() -> None:
+    with pytest.raises(UnknownBackend, match="pip install docket-postgres"):
+        from_url("postgresql://localhost/db")
+    with pytest.raises(ValueError, match="no scheme"):
+        scheme_of("app.db")
+
+
+def test_memory_factory_refuses_unknown_options_and_paths() -> None:
+    with pytest.raises(TypeError, match="pool_size"):
+        from_url("memory://", pool_size=3)
+    with pytest.raises(ValueError, match="no host or path"):
+        from_url("memory://somewhere")
+    backend = from_url("memory://", limits=Limits(max_events_per_transition=3))
+    assert attrs.asdict(negotiate(backend).limits)["max_events_per_transition"] == 3
