@@ -1,0 +1,1 @@
+"""Graphs as data: schema language, reducers, guards, documents, compiler (layer 2)."""
