@@ -1,0 +1,308 @@
+"""The node contract: plain Python callables, registered by name.
+
+A node implementation is a sync or async callable ``fn(state, ctx)`` (or a small class
+with a ``call(self, state, ctx)`` method). ``state`` is the committed snapshot: every
+input and field by public ID (unwritten fields without a default are absent). ``ctx`` is
+a :class:`NodeContext`, whose ``config`` holds the node's effective configuration. The
+callable returns an :class:`Update` (or a plain ``dict``, shorthand for one), an
+:class:`Interrupt` to pause for an outside answer, or a :class:`Failure`. Raising counts
+as a retryable failure.
+
+Graph documents name implementations by **registered name** only; a worker resolves the
+names through the :class:`NodeRegistry` its application gives it, so a stored document can
+never make a worker import code.
+
+Public API
+----------
+- ``node(name, config=None, description=None)``: decorator turning a function or class
+  into a ``NodeDefinition``.
+- ``NodeDefinition``: name, callable, config schema.
+- ``NodeRegistry``: name -> ``NodeDefinition``; ``register``, ``add``, ``node`` (decorator),
+  ``get``, ``in``.
+- ``NodeContext``: what a node knows about its activation (run, task, attempt, step,
+  idempotency key, config, source versions, application context).
+- ``task_id(run_id, step, node_id)``, ``idempotency_key(task_id, attempt)``: identity formulas.
+- ``Update``, ``Interrupt``, ``Failure``, ``NodeResult``; ``as_result(value)`` classifies a
+  returned value.
+- ``RetryPolicy``, ``NodePolicies``: node execution policies.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import TypeAlias, cast
+
+import attrs
+
+from docket.graph.model import GraphError, GraphErrorCode, implementation_name_problem
+from docket.graph.schema import Schema
+from docket.values import JSONDict, JSONValue
+
+__all__ = [
+    "Failure",
+    "Interrupt",
+    "NodeContext",
+    "NodeDefinition",
+    "NodeFn",
+    "NodePolicies",
+    "NodeRegistry",
+    "NodeResult",
+    "NodeReturn",
+    "NodeState",
+    "RetryPolicy",
+    "Update",
+    "as_result",
+    "idempotency_key",
+    "node",
+    "task_id",
+]
+
+
+def _json_map(value: Mapping[str, JSONValue]) -> JSONDict:
+    return dict(value)
+
+
+# -- identity ---------------------------------------------------------------------------------
+
+
+def task_id(run_id: str, step: int, node_id: str) -> str:
+    """The task of one node in one superstep: ``"<run_id>:<step>:<node_id>"``."""
+    return f"{run_id}:{step}:{node_id}"
+
+
+def idempotency_key(task: str, attempt: int) -> str:
+    """One attempt of a task: ``"<task_id>:<attempt>"``; stable across replays."""
+    return f"{task}:{attempt}"
+
+
+@attrs.frozen
+class NodeContext:
+    """What a node is told about the activation it is running.
+
+    ``attempt`` is 1-based. ``idempotency_key`` is stable for a given attempt, so a node
+    with external effects can deduplicate them when an attempt is replayed after a crash.
+    """
+
+    run_id: str
+    node_id: str
+    step: int
+    attempt: int
+    config: JSONDict = attrs.field(factory=dict, converter=_json_map)
+    source_versions: Mapping[str, int] = attrs.field(factory=dict)
+    application: Mapping[str, object] = attrs.field(factory=dict)
+
+    @property
+    def task_id(self) -> str:
+        return task_id(self.run_id, self.step, self.node_id)
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.task_id, self.attempt)
+
+
+# -- results ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Update:
+    """Writes to state fields (field ID -> value), folded in through each field's reducer."""
+
+    values: JSONDict = attrs.field(factory=dict, converter=_json_map)
+
+
+@attrs.frozen
+class Interrupt:
+    """Pause this node until an outside answer arrives.
+
+    The answer is written to ``resume_channel`` (a declared state field) through its
+    reducer, then the node runs again. ``schema`` checks the answer; ``id`` is generated
+    by the runtime when ``None``.
+    """
+
+    resume_channel: str
+    schema: Schema | None = None
+    id: str | None = None
+    metadata: JSONDict = attrs.field(factory=dict, converter=_json_map)
+
+
+@attrs.frozen
+class Failure:
+    """The node failed. A retryable failure is retried under the node's retry policy; a
+    permanent one fails the run at once."""
+
+    reason: str
+    retryable: bool = True
+    details: JSONDict = attrs.field(factory=dict, converter=_json_map)
+
+
+NodeResult: TypeAlias = Update | Interrupt | Failure
+NodeState: TypeAlias = Mapping[str, JSONValue]
+#: What a node callable may return: a result, or a plain dict as shorthand for ``Update``.
+NodeReturn: TypeAlias = "NodeResult | Mapping[str, JSONValue]"
+NodeFn: TypeAlias = Callable[[NodeState, NodeContext], "NodeReturn | Awaitable[NodeReturn]"]
+
+
+def as_result(value: object) -> NodeResult:
+    """Classify what a node returned (after awaiting it).
+
+    ``Update``/``Interrupt``/``Failure`` pass through; a ``dict`` becomes an ``Update`` (its
+    contents are validated later, at the commit); anything else is a permanent
+    ``invalid_node_return`` failure.
+    """
+    if isinstance(value, Update | Interrupt | Failure):
+        return value
+    if isinstance(value, Mapping):
+        return Update(cast("Mapping[str, JSONValue]", value))
+    return Failure(
+        f"invalid_node_return: a node must return a dict, Update, Interrupt or Failure, "
+        f"got {type(value).__name__}",
+        retryable=False,
+        details={"code": "invalid_node_return"},
+    )
+
+
+# -- policies ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class RetryPolicy:
+    """``max_attempts`` counts the first attempt; ``backoff_ms`` is the wait between two."""
+
+    max_attempts: int = 1
+    backoff_ms: int = 0
+
+    def to_json(self) -> JSONDict:
+        return {"max_attempts": self.max_attempts, "backoff_ms": self.backoff_ms}
+
+
+@attrs.frozen
+class NodePolicies:
+    """Resolved node policies. ``timeout_ms=None`` leaves the attempt timeout to the host."""
+
+    timeout_ms: int | None = None
+    retry: RetryPolicy = RetryPolicy()
+
+
+# -- definitions and registry -------------------------------------------------------------------
+
+
+@attrs.frozen
+class NodeDefinition:
+    """A registered node implementation: its name, callable and config schema.
+
+    ``config_schema=None`` means the node's config is not checked (any durable map).
+    """
+
+    name: str
+    fn: NodeFn = attrs.field(eq=False)
+    config_schema: Schema | None = None
+    description: str | None = None
+
+    @property
+    def is_async(self) -> bool:
+        call = type(self.fn).__call__  # an object with an async __call__ counts too
+        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(call)
+
+    def __call__(self, state: NodeState, ctx: NodeContext) -> NodeReturn | Awaitable[NodeReturn]:
+        return self.fn(state, ctx)
+
+
+def _definition(
+    name: str, impl: object, config: Schema | None, description: str | None
+) -> NodeDefinition:
+    problem = implementation_name_problem(name)
+    if problem is not None:
+        raise GraphError(GraphErrorCode.INVALID_REGISTRY, problem, details={"name": repr(name)})
+    if inspect.isclass(impl):
+        if config is None:
+            declared = getattr(impl, "config_schema", None)
+            config = declared if isinstance(declared, Schema) else None
+        impl = getattr(impl(), "call", None)
+    if not callable(impl):
+        raise GraphError(
+            GraphErrorCode.INVALID_REGISTRY,
+            f"node {name!r} must be a callable or a class with a call(state, ctx) method",
+            details={"name": name},
+        )
+    if config is not None and not isinstance(config, Schema):
+        raise GraphError(
+            GraphErrorCode.INVALID_REGISTRY,
+            f"node {name!r} config schema must be a Schema, got {type(config).__name__}",
+            details={"name": name},
+        )
+    return NodeDefinition(name, cast(NodeFn, impl), config, description)
+
+
+def node(
+    name: str, *, config: Schema | None = None, description: str | None = None
+) -> Callable[[object], NodeDefinition]:
+    """Decorate a function ``fn(state, ctx)`` (sync or async) or a class with a
+    ``call(self, state, ctx)`` method (instantiated once, without arguments; a class
+    attribute ``config_schema`` is used when ``config`` is not given)."""
+
+    def wrap(impl: object) -> NodeDefinition:
+        return _definition(name, impl, config, description)
+
+    return wrap
+
+
+class NodeRegistry:
+    """The implementations an application offers to its graphs, by name."""
+
+    def __init__(self, definitions: Iterable[NodeDefinition] = ()) -> None:
+        self._by_name: dict[str, NodeDefinition] = {}
+        for definition in definitions:
+            self.register(definition)
+
+    def register(self, definition: NodeDefinition) -> NodeDefinition:
+        """Add a definition; registering a different one under a taken name is an error."""
+        if not isinstance(definition, NodeDefinition):
+            raise GraphError(
+                GraphErrorCode.INVALID_REGISTRY,
+                f"expected a NodeDefinition, got {type(definition).__name__}",
+            )
+        existing = self._by_name.get(definition.name)
+        if existing is not None and (existing != definition or existing.fn is not definition.fn):
+            raise GraphError(
+                GraphErrorCode.INVALID_REGISTRY,
+                f"implementation name {definition.name!r} is already registered",
+                details={"name": definition.name},
+            )
+        self._by_name[definition.name] = definition
+        return definition
+
+    def add(
+        self,
+        name: str,
+        impl: object,
+        *,
+        config: Schema | None = None,
+        description: str | None = None,
+    ) -> NodeDefinition:
+        return self.register(_definition(name, impl, config, description))
+
+    def node(
+        self, name: str, *, config: Schema | None = None, description: str | None = None
+    ) -> Callable[[object], NodeDefinition]:
+        """Like :func:`node`, and registers the result here."""
+
+        def wrap(impl: object) -> NodeDefinition:
+            return self.register(_definition(name, impl, config, description))
+
+        return wrap
+
+    def get(self, name: str) -> NodeDefinition | None:
+        return self._by_name.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._by_name))
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __repr__(self) -> str:
+        return f"NodeRegistry({sorted(self._by_name)!r})"
