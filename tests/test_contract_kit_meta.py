@@ -1,0 +1,95 @@
+"""The contract kit checks itself: it passes on the reference backend, it names the
+invariant a broken backend fails, and it stays out of runs that did not ask for it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from docket_contract_tests.mutants import MUTANTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_there_are_at_least_twelve_negative_controls() -> None:
+    # The controls themselves run as their own step of `make test`
+    # (python -m docket_contract_tests.negative, which exits non-zero on a miss);
+    # running them again here would double the suite's slowest step.
+    assert len(MUTANTS) >= 12
+
+
+def test_kit_passes_on_the_memory_backend() -> None:
+    done = _run(
+        "-m",
+        "pytest",
+        "--pyargs",
+        "docket_contract_tests",
+        "--docket-backend",
+        "memory://",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr
+    passed = re.search(r"(\d+) passed", summary)
+    assert passed is not None, summary
+    assert int(passed.group(1)) >= 60, summary
+    assert "failed" not in summary and "error" not in summary, summary
+
+
+def test_kit_is_not_collected_without_a_backend() -> None:
+    done = _run("-m", "pytest", "--pyargs", "docket_contract_tests", "-q", "-p", "no:cacheprovider")
+    assert done.returncode == 5, done.stdout + done.stderr  # pytest: no tests collected
+    assert "its cases were not collected" in done.stdout
+
+
+def test_invariant_selection_and_node_ids() -> None:
+    done = _run(
+        "-m",
+        "pytest",
+        "--pyargs",
+        "docket_contract_tests",
+        "--docket-backend",
+        "memory://",
+        "--docket-invariant",
+        "CLAIM-TTL-BOUNDARY",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    assert ids and all("[CLAIM-TTL-BOUNDARY" in line for line in ids), ids
+
+
+def test_a_mutant_failure_names_its_invariant() -> None:
+    done = _run(
+        "-m",
+        "pytest",
+        "--pyargs",
+        "docket_contract_tests",
+        "--docket-backend-factory",
+        "docket_contract_tests.mutants:ttl_off_by_one",
+        "--docket-invariant",
+        "CLAIM-TTL-BOUNDARY",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[CLAIM-TTL-BOUNDARY]" in done.stdout
