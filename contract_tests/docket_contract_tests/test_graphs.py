@@ -122,6 +122,11 @@ async def test_tenant_scope_starts_empty_and_is_independent(docket_kit: Kit) -> 
     k.eq(await k.b.graphs.fetch_latest_graph_ref(a, graph_id), mine.ref, "A's latest")
 
 
+def _renamed(document: Any, graph_id: str) -> Any:
+    """The same envelope declaring another graph id."""
+    return {**document, "graph": {**document["graph"], "id": graph_id}}
+
+
 BAD_GRAPHS: dict[str, Any] = {
     "wrong-hash": lambda doc, ref: (doc, GraphRef(ref.graph_id, "0" * 64)),
     "hash-of-other-content": lambda doc, ref: (
@@ -129,8 +134,12 @@ BAD_GRAPHS: dict[str, Any] = {
         GraphRef(ref.graph_id, content_hash({**doc, "variant": 99})),
     ),
     "id-mismatch": lambda doc, ref: (
-        {**doc, "id": ref.graph_id + "x"},
-        GraphRef(ref.graph_id, content_hash({**doc, "id": ref.graph_id + "x"})),
+        _renamed(doc, ref.graph_id + "x"),
+        GraphRef(ref.graph_id, content_hash(_renamed(doc, ref.graph_id + "x"))),
+    ),
+    "not-an-envelope": lambda doc, ref: (
+        doc["graph"],
+        GraphRef(ref.graph_id, content_hash(doc["graph"])),
     ),
     "not-a-dict": lambda doc, ref: ([doc], ref),
     "non-durable-value": lambda doc, ref: ({**doc, "when": object()}, ref),

@@ -116,15 +116,15 @@ async def test_graph_documents_are_not_shared(docket_kit: Kit) -> None:
     ref = graph_ref(document)
     pristine = copy.deepcopy(document)
     k.isa(await k.b.graphs.save_graph(TENANTLESS, ref, document), GraphVersion, "save")
-    document["id"] = "scribbled"
-    nodes: Any = document["nodes"]
-    nodes.append({"id": "evil"})
+    inner: Any = document["graph"]
+    inner["id"] = "scribbled"
+    inner["nodes"].append({"id": "evil"})
     k.eq(await k.b.graphs.fetch_graph(TENANTLESS, ref), pristine, "after mutating the argument")
     fetched = await k.b.graphs.fetch_graph(TENANTLESS, ref)
     assert isinstance(fetched, dict)
-    fetched["id"] = "scribbled"
-    fetched_nodes: Any = fetched["nodes"]
-    fetched_nodes.clear()
+    fetched_inner: Any = fetched["graph"]
+    fetched_inner["id"] = "scribbled"
+    fetched_inner["nodes"].clear()
     k.eq(await k.b.graphs.fetch_graph(TENANTLESS, ref), pristine, "after mutating the answer")
 
 

@@ -13,7 +13,6 @@ import pytest
 from docket.contract import (
     Backend,
     GraphListQuery,
-    InvalidTransition,
     Limits,
     NotFound,
     StaleCheckpoint,
@@ -219,12 +218,10 @@ async def test_id_bytes(docket_kit: Kit, which: str) -> None:
         if extra == 0:
             k.eq(got, run, f"a {which} of exactly {size} bytes is accepted")
             continue
-        # A tenant id is a size limit of the call (TooLarge); an over-long run or transition
-        # id also makes the proposal malformed, which the shared validator reports as such.
-        kinds = (TooLarge,) if which == "tenant-id" else (TooLarge, InvalidTransition)
+        # Every over-long id is a size limit, decided before any lookup.
         k.check(
-            isinstance(got, kinds),
-            f"a {which} of {size + 1} bytes is rejected before lookup, got {got!r}",
+            isinstance(got, TooLarge) and got.limit == "max_id_bytes",
+            f"a {which} of {size + 1} bytes is TooLarge(max_id_bytes) before lookup, got {got!r}",
         )
         await k.absent(owner, run.id, f"after an over-long {which}", backend=b)
 

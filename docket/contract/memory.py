@@ -680,7 +680,8 @@ class MemoryBackend:
                 valid.event_contents[index],
             )
         if isinstance(schedule, RetainClaim):
-            row.claimed_at = now  # a retained claim is a fresh one: the commit is liveness
+            # the commit is liveness: a retained claim is as fresh as now, never older
+            row.claimed_at = max(row.claimed_at, now) if row.claimed_at else now
             row.wake_at = None
             return
         row.claim_token = None

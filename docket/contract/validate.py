@@ -91,11 +91,17 @@ def _is_aware(value: object) -> bool:
     return isinstance(value, datetime) and value.utcoffset() is not None
 
 
-def _id_problem(name: str, value: object, limits: Limits) -> str | None:
+def _id_problem(name: str, value: object) -> str | None:
     if not isinstance(value, str) or not value:
         return f"{name}: must be a non-empty string"
-    if len(value.encode("utf-8")) > limits.max_id_bytes:
-        return f"{name}: longer than {limits.max_id_bytes} bytes"
+    return None
+
+
+def _oversized_id(limits: Limits, *values: object) -> TooLarge | None:
+    """Ids are bounded in UTF-8 bytes; an over-long id is a size limit, like any other."""
+    for value in values:
+        if isinstance(value, str) and len(value.encode("utf-8")) > limits.max_id_bytes:
+            return TooLarge("max_id_bytes", len(value.encode("utf-8")), limits.max_id_bytes)
     return None
 
 
@@ -146,17 +152,12 @@ def _common(
     extra: list[str],
 ) -> list[str]:
     problems = list(extra)
-    id_problem = _id_problem("transition_id", transition_id, limits)
+    id_problem = _id_problem("transition_id", transition_id)
     if id_problem:
         problems.append(id_problem)
     if not isinstance(checkpoint_type, CheckpointType):
         problems.append(f"checkpoint_type: {checkpoint_type!r} is not a checkpoint type")
     problems.extend(run_problems(run))
-    if isinstance(run, Run):
-        for name in ("id", "graph_id"):
-            problem = _id_problem(name, getattr(run, name), limits)
-            if problem:
-                problems.append(problem)
     if not isinstance(events, Sequence) or isinstance(events, str | bytes):
         problems.append(f"events: expected a sequence of Event, got {type(events).__name__}")
     return problems
@@ -164,12 +165,16 @@ def _common(
 
 def _finish(
     kind: str,
+    transition_id: str,
     header: JSONValue,
     run: Run,
     events: Sequence[object],
     limits: Limits,
 ) -> ValidTransition | InvalidTransition | EventConflict | TooLarge:
     """Event identity, then limits, then the canonical bytes and the digest."""
+    oversized = _oversized_id(limits, transition_id, run.id, run.graph_id, run.graph_hash)
+    if oversized is not None:
+        return oversized
     if len(events) > limits.max_events_per_transition:
         return TooLarge("max_events_per_transition", len(events), limits.max_events_per_transition)
     by_seq: dict[int, tuple[Event, bytes]] = {}
@@ -217,10 +222,9 @@ def validate_initialize(
     owner: OwnerScope, proposal: object, events: Sequence[Event], limits: Limits
 ) -> ValidationResult:
     """Pure checks of an ``initialize`` call. Raises only for a non-owner scope (misuse)."""
-    owner = require_owner(owner)
-    tenant = tenant_id_of(owner)
-    if tenant is not None and len(tenant.encode("utf-8")) > limits.max_id_bytes:
-        return TooLarge("max_id_bytes", len(tenant.encode("utf-8")), limits.max_id_bytes)
+    oversized = _oversized_id(limits, tenant_id_of(require_owner(owner)))
+    if oversized is not None:
+        return oversized
     if not isinstance(proposal, InitProposal):
         return _invalid(f"proposal: expected InitProposal, got {type(proposal).__name__}")
     extra: list[str] = []
@@ -239,7 +243,14 @@ def validate_initialize(
         return InvalidTransition(tuple(problems))
     assert isinstance(run, Run)
     seqs = sorted({e.seq for e in events if isinstance(e, Event) and isinstance(e.seq, int)})
-    result = _finish("initialize", format_timestamp(proposal.wake_at), run, events, limits)
+    result = _finish(
+        "initialize",
+        proposal.transition_id,
+        format_timestamp(proposal.wake_at),
+        run,
+        events,
+        limits,
+    )
     if isinstance(result, ValidTransition) and seqs != list(range(1, run.event_seq + 1)):
         return _invalid(f"events: a new run publishes seqs 1..{run.event_seq} exactly, got {seqs}")
     return result
@@ -275,7 +286,7 @@ def validate_commit_claimed(
         str(proposal.checkpoint_type),
         _schedule_doc(proposal.schedule),
     ]
-    return _finish("commit_claimed", header, run, events, limits)
+    return _finish("commit_claimed", proposal.transition_id, header, run, events, limits)
 
 
 def validate_commit_unclaimed(
@@ -315,7 +326,7 @@ def validate_commit_unclaimed(
         str(proposal.checkpoint_type),
         _schedule_doc(proposal.schedule),
     ]
-    return _finish("commit_unclaimed", header, run, events, limits)
+    return _finish("commit_unclaimed", proposal.transition_id, header, run, events, limits)
 
 
 # -- shared post-lookup rules ---------------------------------------------------------------
@@ -372,24 +383,36 @@ def compare_event(stored_content: bytes | None, valid: ValidTransition, index: i
     return stored_content is None or stored_content == valid.event_contents[index]
 
 
+def graph_document_id(document: Mapping[str, object]) -> object:
+    """The graph id a stored graph document declares.
+
+    A stored graph is the compiler's effective document, an envelope
+    ``{"docket": 1, "kind": "graph", "graph": {"id": ..., ...}}`` (see
+    ``docket.graph.compiler.effective_document``); anything else declares no id.
+    """
+    inner = document.get("graph")
+    if document.get("kind") != "graph" or not isinstance(inner, dict):
+        return None
+    return inner.get("id")
+
+
 def validate_graph_save(
     owner: OwnerScope, ref: object, document: object, limits: Limits
 ) -> bytes | InvalidGraph | TooLarge:
     """Pure checks of ``save_graph``; returns the canonical bytes to store.
 
-    The document must be durable, name ``ref.graph_id`` as its ``id``, and hash to
-    ``ref.graph_hash``. (Compiling it is the facade's job: the store holds any
-    well-identified document; a worker compiles what it loads.)
+    The document must be durable, be a graph envelope naming ``ref.graph_id``, and hash
+    to ``ref.graph_hash``. (Compiling it is the facade's job: the store holds any
+    well-identified document; whoever runs it compiles what it loads.)
     """
-    require_owner(owner)
+    oversized = _oversized_id(limits, tenant_id_of(require_owner(owner)))
+    if oversized is not None:
+        return oversized
     if not isinstance(ref, GraphRef):
         return InvalidGraph((f"ref: expected GraphRef, got {type(ref).__name__}",))
     problems = [
         p
-        for p in (
-            _id_problem("graph_id", ref.graph_id, limits),
-            _id_problem("graph_hash", ref.graph_hash, limits),
-        )
+        for p in (_id_problem("graph_id", ref.graph_id), _id_problem("graph_hash", ref.graph_hash))
         if p
     ]
     if not isinstance(document, dict):
@@ -397,15 +420,19 @@ def validate_graph_save(
     if problems:
         return InvalidGraph(tuple(problems))
     assert isinstance(document, dict)
+    oversized = _oversized_id(limits, ref.graph_id, ref.graph_hash)
+    if oversized is not None:
+        return oversized
     try:
         data = canonical_json(document)
     except NonDurableValue as exc:
         return InvalidGraph(exc.reasons)
     if len(data) > limits.max_graph_bytes:
         return TooLarge("max_graph_bytes", len(data), limits.max_graph_bytes)
-    if document.get("id") != ref.graph_id:
-        return InvalidGraph((f"document: id {document.get('id')!r} is not {ref.graph_id!r}",))
-    if content_hash(document) != ref.graph_hash:
+    declared = graph_document_id(document)
+    if declared != ref.graph_id:
+        return InvalidGraph((f"document: declares graph id {declared!r}, not {ref.graph_id!r}",))
+    if sha256_hex(data) != ref.graph_hash:
         return InvalidGraph(("graph_hash: does not match the document's content hash",))
     return data
 
@@ -418,6 +445,7 @@ __all__ = [
     "check_identity",
     "check_replay",
     "compare_event",
+    "graph_document_id",
     "split_events",
     "token_problem",
     "validate_commit_claimed",
