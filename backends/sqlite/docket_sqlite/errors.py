@@ -1,0 +1,117 @@
+"""Typed failures of the SQLite store, and the one place driver errors are classified.
+
+Operations whose contract has a slot for infrastructure failures (the transitions,
+``claim_due``, ``save_graph``) *return* :class:`~docket.contract.Retryable` or
+:class:`~docket.contract.Permanent`. The others (reads, refresh/release/abandon,
+``retry_poisoned_run``, ``open``) have no such slot, so they *raise* a
+:class:`StoreError` carrying the same classified outcome. A raw ``sqlite3`` exception
+never leaves the package.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from docket.contract import Permanent, Retryable
+
+# Primary result codes (the low byte of an extended code) that mean "nothing changed,
+# try again": another connection holds the lock, memory or disk ran out, the call was
+# interrupted, or the WAL-index lock protocol hiccupped.
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_NOMEM = 7
+SQLITE_INTERRUPT = 9
+SQLITE_FULL = 13
+SQLITE_PROTOCOL = 15
+_RETRYABLE = frozenset(
+    {SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOMEM, SQLITE_INTERRUPT, SQLITE_FULL, SQLITE_PROTOCOL}
+)
+
+
+class StoreError(Exception):
+    """An infrastructure failure of the SQLite store; ``outcome`` says whether to retry."""
+
+    def __init__(self, outcome: Retryable | Permanent) -> None:
+        self.outcome = outcome
+        super().__init__(outcome.reason)
+
+    @property
+    def retryable(self) -> bool:
+        return isinstance(self.outcome, Retryable)
+
+
+class RetryableStoreError(StoreError):
+    """Nothing was changed (the database was busy, or ran out of space): try again."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(Retryable(reason))
+
+
+class PermanentStoreError(StoreError):
+    """Retrying will not help: a corrupt or foreign file, a schema mismatch, an I/O fault."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(Permanent(reason))
+
+
+class SchemaTooNew(PermanentStoreError):
+    """The file was written by a newer docket-sqlite; it was not touched."""
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        self.path = path
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"{path} has docket schema version {found}, but this docket-sqlite only knows "
+            f"versions up to {supported}. The file was left unchanged. Upgrade docket-sqlite "
+            f"(and then run `docket migrate` if the newer release asks for it); a file is "
+            f"never migrated backwards."
+        )
+
+
+class SchemaTooOld(PermanentStoreError):
+    """The file has an older schema version; upgrades are explicit (``docket migrate``)."""
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        self.path = path
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"{path} has docket schema version {found}; this docket-sqlite needs version "
+            f"{supported}. Stop every worker using the file, back it up, run "
+            f"`docket migrate sqlite:///{Path(path).as_posix()}` (or "
+            f"docket_sqlite.migrate(path)), then restart them."
+        )
+
+
+def classify(exc: sqlite3.Error) -> Retryable | Permanent:
+    """Map a driver error onto the contract's two infrastructure outcomes."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    reason = f"sqlite {name}: {exc}"
+    if isinstance(code, int):
+        return Retryable(reason) if code & 0xFF in _RETRYABLE else Permanent(reason)
+    text = str(exc).lower()
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        return Retryable(reason)
+    return Permanent(reason)
+
+
+def store_error(exc: sqlite3.Error) -> StoreError:
+    """The exception to raise for a driver error (classified as :func:`classify` does)."""
+    outcome = classify(exc)
+    if isinstance(outcome, Retryable):
+        return RetryableStoreError(outcome.reason)
+    return PermanentStoreError(outcome.reason)
+
+
+__all__ = [
+    "PermanentStoreError",
+    "RetryableStoreError",
+    "SchemaTooNew",
+    "SchemaTooOld",
+    "StoreError",
+    "classify",
+    "store_error",
+]

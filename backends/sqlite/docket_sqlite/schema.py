@@ -1,0 +1,415 @@
+"""The schema, its version, ordered migrations, and how connections are set up.
+
+Conventions of the schema (version 1):
+
+* Owner: ``tenant`` is ``''`` for tenantless rows and the tenant id otherwise. Tenant
+  ids are never empty, so ``''`` is unambiguous, and a plain ``NOT NULL`` text column
+  can sit in primary keys (SQLite treats ``NULL``\\s as distinct in unique keys).
+* Times are ``INTEGER`` microseconds since the Unix epoch (UTC), suffixed ``_us``.
+* Run documents and events are stored as the canonical JSON bytes the shared
+  validator produced; the columns beside them are copies of the few fields queries
+  need (identity, status, counters, times), written in the same statement.
+* CHECK constraints state the operational-tuple invariants, so the file itself refuses
+  an impossible row, whoever writes it; triggers make run identity, events and
+  recorded transitions immutable.
+
+The version lives in ``docket_meta`` (key ``schema_version``). :func:`migrate` applies
+the missing steps of :data:`MIGRATIONS` in order, in one ``BEGIN IMMEDIATE``
+transaction, and refuses a file from a newer release without changing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Final
+
+from docket.values import to_micros
+from docket_sqlite.errors import (
+    PermanentStoreError,
+    SchemaTooNew,
+    SchemaTooOld,
+    StoreError,
+    store_error,
+)
+from docket_sqlite.url import Target, parse_url
+
+SCHEMA_VERSION: Final = 1
+MIN_SQLITE_VERSION: Final = (3, 37, 0)  # STRICT tables (3.37), RETURNING (3.35)
+SYNCHRONOUS_MODES: Final = ("FULL", "NORMAL")
+DEFAULT_BUSY_TIMEOUT: Final = 5.0
+WAL_SIZE_LIMIT: Final = 64 << 20  # bytes kept of the -wal file after a checkpoint
+
+_TERMINAL = "('done', 'failed', 'cancelled')"
+
+_V1: Final[tuple[str, ...]] = (
+    """CREATE TABLE docket_meta (
+    key   TEXT NOT NULL PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT, WITHOUT ROWID""",
+    """CREATE TABLE docket_graphs (
+    tenant          TEXT    NOT NULL,
+    graph_id        TEXT    NOT NULL CHECK (graph_id <> ''),
+    graph_hash      TEXT    NOT NULL CHECK (graph_hash <> ''),
+    document        BLOB    NOT NULL,
+    published_at_us INTEGER NOT NULL,
+    PRIMARY KEY (tenant, graph_id, graph_hash)
+) STRICT""",
+    """CREATE INDEX docket_graphs_by_publication
+    ON docket_graphs (tenant, graph_id, published_at_us DESC, graph_hash DESC)""",
+    """CREATE TRIGGER docket_graphs_are_immutable BEFORE UPDATE ON docket_graphs
+BEGIN
+    SELECT RAISE(ABORT, 'docket: a published graph version never changes');
+END""",
+    f"""CREATE TABLE docket_runs (
+    tenant                 TEXT    NOT NULL,
+    run_id                 TEXT    NOT NULL CHECK (run_id <> ''),
+    graph_id               TEXT    NOT NULL,
+    graph_hash             TEXT    NOT NULL,
+    status                 TEXT    NOT NULL,
+    step                   INTEGER NOT NULL,
+    checkpoint_seq         INTEGER NOT NULL,
+    event_seq              INTEGER NOT NULL,
+    started_at_us          INTEGER NOT NULL,
+    updated_at_us          INTEGER NOT NULL,
+    finished_at_us         INTEGER,
+    run_json               BLOB    NOT NULL,
+    latest_checkpoint_type TEXT    NOT NULL,
+    wake_at_us             INTEGER,
+    claim_token            TEXT,
+    claimed_at_us          INTEGER,
+    claim_attempts         INTEGER NOT NULL DEFAULT 0,
+    claim_abandons         INTEGER NOT NULL DEFAULT 0,
+    poisoned_at_us         INTEGER,
+    poison_reason          TEXT,
+    PRIMARY KEY (tenant, run_id),
+    FOREIGN KEY (tenant, graph_id, graph_hash)
+        REFERENCES docket_graphs (tenant, graph_id, graph_hash) ON DELETE RESTRICT,
+    CONSTRAINT status_check
+        CHECK (status IN ('running', 'waiting', 'done', 'failed', 'cancelled')),
+    CONSTRAINT checkpoint_type_check CHECK (latest_checkpoint_type IN (
+        'run_initialized', 'step_committed', 'retry_scheduled', 'interrupt_requested',
+        'interrupt_resolved', 'run_completed', 'run_failed', 'run_cancelled')),
+    CONSTRAINT finished_at_check
+        CHECK ((finished_at_us IS NOT NULL) = (status IN {_TERMINAL})),
+    CONSTRAINT claim_pair_check CHECK ((claim_token IS NULL) = (claimed_at_us IS NULL)),
+    CONSTRAINT claim_token_check CHECK (claim_token IS NULL OR claim_token <> ''),
+    CONSTRAINT poison_pair_check CHECK ((poisoned_at_us IS NULL) = (poison_reason IS NULL)),
+    CONSTRAINT poison_reason_check CHECK (poison_reason IS NULL OR poison_reason <> ''),
+    CONSTRAINT idle_unless_running_check CHECK (
+        status = 'running'
+        OR (claim_token IS NULL AND wake_at_us IS NULL AND poisoned_at_us IS NULL)),
+    CONSTRAINT poisoned_shape_check CHECK (
+        poisoned_at_us IS NULL
+        OR (status = 'running' AND claim_token IS NULL AND wake_at_us IS NULL)),
+    CONSTRAINT running_schedule_check CHECK (
+        status <> 'running' OR poisoned_at_us IS NOT NULL
+        OR ((wake_at_us IS NULL) <> (claim_token IS NULL))),
+    CONSTRAINT counters_check CHECK (
+        step >= 0 AND checkpoint_seq >= 1 AND event_seq >= 0
+        AND claim_attempts >= 0 AND claim_abandons >= 0)
+) STRICT""",
+    # Due runs, oldest wake first: what a ready claim reads.
+    """CREATE INDEX docket_runs_due ON docket_runs (wake_at_us, run_id, tenant)
+    WHERE status = 'running' AND poisoned_at_us IS NULL AND claim_token IS NULL""",
+    # Claimed runs, oldest claim first: what an expired (recovery) claim reads.
+    """CREATE INDEX docket_runs_claimed ON docket_runs (claimed_at_us, run_id, tenant)
+    WHERE status = 'running' AND poisoned_at_us IS NULL AND claim_token IS NOT NULL""",
+    # Newest-first listing, within one owner and across all of them.
+    """CREATE INDEX docket_runs_by_owner
+    ON docket_runs (tenant, started_at_us DESC, run_id DESC)""",
+    """CREATE INDEX docket_runs_by_start ON docket_runs (started_at_us DESC, run_id DESC)""",
+    """CREATE INDEX docket_runs_by_graph
+    ON docket_runs (tenant, graph_id, started_at_us DESC, run_id DESC)""",
+    """CREATE TRIGGER docket_runs_identity_is_immutable
+BEFORE UPDATE OF tenant, run_id, graph_id, graph_hash, started_at_us ON docket_runs
+WHEN OLD.tenant IS NOT NEW.tenant OR OLD.run_id IS NOT NEW.run_id
+  OR OLD.graph_id IS NOT NEW.graph_id OR OLD.graph_hash IS NOT NEW.graph_hash
+  OR OLD.started_at_us IS NOT NEW.started_at_us
+BEGIN
+    SELECT RAISE(ABORT, 'docket: a run''s owner and identity never change');
+END""",
+    """CREATE TABLE docket_events (
+    tenant         TEXT    NOT NULL,
+    run_id         TEXT    NOT NULL,
+    seq            INTEGER NOT NULL CHECK (seq > 0),
+    event_json     BLOB    NOT NULL,
+    content_sha256 BLOB    NOT NULL CHECK (length(content_sha256) = 32),
+    PRIMARY KEY (tenant, run_id, seq),
+    FOREIGN KEY (tenant, run_id) REFERENCES docket_runs (tenant, run_id) ON DELETE CASCADE
+) STRICT""",
+    """CREATE TRIGGER docket_events_are_immutable BEFORE UPDATE ON docket_events
+BEGIN
+    SELECT RAISE(ABORT, 'docket: a published event never changes');
+END""",
+    """CREATE TABLE docket_transitions (
+    tenant        TEXT NOT NULL,
+    run_id        TEXT NOT NULL,
+    transition_id TEXT NOT NULL CHECK (transition_id <> ''),
+    digest        TEXT NOT NULL CHECK (digest <> ''),
+    PRIMARY KEY (tenant, run_id, transition_id),
+    FOREIGN KEY (tenant, run_id) REFERENCES docket_runs (tenant, run_id) ON DELETE CASCADE
+) STRICT, WITHOUT ROWID""",
+    """CREATE TRIGGER docket_transitions_are_immutable BEFORE UPDATE ON docket_transitions
+BEGIN
+    SELECT RAISE(ABORT, 'docket: a recorded transition never changes');
+END""",
+)
+
+#: Ordered migrations: ``(version, statements)``; applying version N's statements to a
+#: file at version N-1 yields version N. Version 0 is "no docket tables yet".
+MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = ((1, _V1),)
+
+#: Tables a file at :data:`SCHEMA_VERSION` must have (the shape check on open).
+REQUIRED_TABLES: Final = frozenset(
+    {"docket_meta", "docket_graphs", "docket_runs", "docket_events", "docket_transitions"}
+)
+
+assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
+
+
+def schema_sql(from_version: int = 0, to_version: int = SCHEMA_VERSION) -> str:
+    """The SQL that takes a file from ``from_version`` to ``to_version``, as a script."""
+    if not 0 <= from_version <= to_version <= SCHEMA_VERSION:
+        raise ValueError(
+            f"versions must satisfy 0 <= from ({from_version}) <= to ({to_version}) <= "
+            f"{SCHEMA_VERSION}"
+        )
+    parts: list[str] = []
+    for version, statements in MIGRATIONS:
+        if from_version < version <= to_version:
+            parts.append(f"-- docket-sqlite schema version {version}")
+            parts.extend(statement + ";" for statement in statements)
+            parts.append(_set_version_sql(version) + ";")
+    return "\n\n".join(parts) + ("\n" if parts else "")
+
+
+def _set_version_sql(version: int) -> str:
+    return (
+        "INSERT INTO docket_meta (key, value) VALUES ('schema_version', "
+        f"'{int(version)}') ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+    )
+
+
+def check_sqlite_library() -> None:
+    if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
+        wanted = ".".join(map(str, MIN_SQLITE_VERSION))
+        raise PermanentStoreError(
+            f"docket-sqlite needs SQLite {wanted} or newer; this Python is linked against "
+            f"{sqlite3.sqlite_version}"
+        )
+
+
+def connect(target: Target, *, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
+    """A configured connection (autocommit: every transaction is explicit).
+
+    Nothing here writes to the file: ``journal_mode`` (which is persistent) is set by
+    :func:`enable_wal` only after the schema version has been checked.
+    """
+    check_sqlite_library()
+    if synchronous not in SYNCHRONOUS_MODES:
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
+    try:
+        conn = sqlite3.connect(
+            target.path if target.path is not None else ":memory:",
+            timeout=busy_timeout,
+            isolation_level=None,
+            cached_statements=256,
+        )
+    except sqlite3.Error as exc:
+        raise PermanentStoreError(f"cannot open {target.describe()}: {exc}") from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        if synchronous == "FULL":
+            # macOS only: make fsync reach the platter (F_FULLFSYNC). A no-op elsewhere.
+            conn.execute("PRAGMA fullfsync = ON")
+            conn.execute("PRAGMA checkpoint_fullfsync = ON")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise store_error(exc) from exc
+    return conn
+
+
+def enable_wal(conn: sqlite3.Connection, target: Target) -> None:
+    """Put a file database in WAL mode (persistent); refuse one that cannot be."""
+    if target.memory:
+        return
+    try:
+        mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+    except sqlite3.Error as exc:
+        raise store_error(exc) from exc
+    if mode != "wal":
+        raise PermanentStoreError(
+            f"{target.describe()} could not be switched to WAL mode (it is in {mode!r}); "
+            "docket needs WAL: use a local disk, not a network filesystem"
+        )
+
+
+def read_version(conn: sqlite3.Connection, where: str) -> int:
+    """The file's schema version; ``0`` when it has no docket tables yet."""
+    try:
+        names = {
+            str(row[0])
+            for row in conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE 'docket%'"
+            ).fetchall()
+        }
+        if "docket_meta" not in names:
+            if any(name.startswith("docket_") for name in names):
+                raise PermanentStoreError(
+                    f"{where} has docket tables but no docket_meta table, so its schema "
+                    "version is unknown; it was not written by docket-sqlite"
+                )
+            return 0
+        row = conn.execute("SELECT value FROM docket_meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.Error as exc:
+        raise store_error(exc) from exc
+    if row is None or not isinstance(row[0], str) or not row[0].isdigit() or int(row[0]) < 1:
+        raise PermanentStoreError(f"{where} has no readable schema_version in docket_meta")
+    return int(row[0])
+
+
+def check_shape(conn: sqlite3.Connection, where: str) -> None:
+    try:
+        names = {
+            str(row[0])
+            for row in conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table'"
+            ).fetchall()
+        }
+    except sqlite3.Error as exc:
+        raise store_error(exc) from exc
+    missing = sorted(REQUIRED_TABLES - names)
+    if missing:
+        raise PermanentStoreError(
+            f"{where} claims schema version {SCHEMA_VERSION} but lacks {', '.join(missing)}"
+        )
+
+
+def _refuse(found: int, where: str, *, older_ok: bool) -> None:
+    if found > SCHEMA_VERSION:
+        raise SchemaTooNew(where, found, SCHEMA_VERSION)
+    if not older_ok and 0 < found < SCHEMA_VERSION:
+        raise SchemaTooOld(where, found, SCHEMA_VERSION)
+
+
+def apply_migrations(
+    conn: sqlite3.Connection, where: str, *, now_us: int, upgrade: bool
+) -> tuple[int, int]:
+    """Bring the file to :data:`SCHEMA_VERSION` in one ``BEGIN IMMEDIATE`` transaction.
+
+    With ``upgrade=False`` only a fresh file (version 0) is initialised; an older
+    version raises :class:`SchemaTooOld`. The version is re-read inside the
+    transaction, so two processes racing to initialise a fresh file are harmless.
+    """
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise store_error(exc) from exc
+    try:
+        found = read_version(conn, where)
+        _refuse(found, where, older_ok=upgrade)
+        for version, statements in MIGRATIONS:
+            if version <= found:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(_set_version_sql(version))
+        if found == 0:
+            conn.execute(
+                "INSERT INTO docket_meta (key, value) VALUES ('created_at_us', ?)",
+                (str(now_us),),
+            )
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise store_error(exc) from exc
+        raise
+    return found, SCHEMA_VERSION
+
+
+def prepare(conn: sqlite3.Connection, target: Target, *, now_us: int) -> int:
+    """Check (and, for a fresh file, create) the schema of a backend's writer connection.
+
+    A newer or older version is refused before anything is written.
+    """
+    where = target.describe()
+    found = read_version(conn, where)
+    _refuse(found, where, older_ok=False)
+    enable_wal(conn, target)
+    if found == 0:
+        apply_migrations(conn, where, now_us=now_us, upgrade=False)
+    check_shape(conn, where)
+    return SCHEMA_VERSION
+
+
+def migrate(
+    target: str | os.PathLike[str],
+    *,
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+) -> tuple[int, int]:
+    """Upgrade a database file to the current schema; returns ``(from, to)`` versions.
+
+    ``target`` is a path or a ``sqlite:///`` URL. Creates the file at the current
+    version if it does not exist; a no-op ``(N, N)`` when it is current; raises
+    :class:`SchemaTooNew` (changing nothing) for a file from a newer release. Stop the
+    workers first: a migration takes the write lock for its whole transaction.
+    """
+    if isinstance(target, str) and target.lower().startswith("sqlite:"):
+        where, options = parse_url(target)
+        if "busy_timeout" in options:
+            busy_timeout = float(options["busy_timeout"])
+    else:
+        where = Target.of(target)
+    if where.memory:
+        raise ValueError("an in-memory database has nothing to migrate; give a file path")
+    conn = connect(where, busy_timeout=busy_timeout, synchronous="FULL")
+    try:
+        found = read_version(conn, where.describe())
+        _refuse(found, where.describe(), older_ok=True)
+        enable_wal(conn, where)
+        return apply_migrations(
+            conn, where.describe(), now_us=to_micros(datetime.now(UTC)), upgrade=True
+        )
+    finally:
+        conn.close()
+
+
+def table_sql(conn: sqlite3.Connection) -> Sequence[tuple[str, str]]:
+    """``(name, sql)`` of every docket schema object (for tests and diagnostics)."""
+    try:
+        rows = conn.execute(
+            "SELECT name, sql FROM sqlite_schema WHERE name LIKE 'docket%' ORDER BY name"
+        ).fetchall()
+    except sqlite3.Error as exc:
+        raise store_error(exc) from exc
+    return [(str(name), str(sql)) for name, sql in rows]
+
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "MIGRATIONS",
+    "MIN_SQLITE_VERSION",
+    "REQUIRED_TABLES",
+    "SCHEMA_VERSION",
+    "SYNCHRONOUS_MODES",
+    "StoreError",
+    "apply_migrations",
+    "check_shape",
+    "connect",
+    "enable_wal",
+    "migrate",
+    "prepare",
+    "read_version",
+    "schema_sql",
+    "table_sql",
+]
