@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PACKAGES := -e '.[test]' -e ./contract_tests -e ./backends/sqlite -e ./backends/postgres -e ./backends/redis
 
-.PHONY: venv demo test lint typecheck unit kit negative clean
+.PHONY: venv demo test lint typecheck unit kit negative services clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+services:
+	./scripts/ensure-services
+
+unit: $(STAMP) services
 	$(BIN)/python -m pytest -q
 
 kit: $(STAMP)

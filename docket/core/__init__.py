@@ -1,0 +1,134 @@
+"""The pure superstep core (layer 3): no I/O, no clock reads, no randomness.
+
+Given a compiled :class:`~docket.graph.compiler.RuntimeGraph`, a committed
+:class:`~docket.records.Run`, node outcomes and ``now``, the core computes the next
+moment: the proposed run, its events, its checkpoint and what happens after the commit.
+
+Typical loop (what the inline runner and the worker do)::
+
+    moment = initialize(rtg, build_initial_run(rtg, input, run_id=..., now=now), now=now)
+    while True:
+        step = advance(rtg, run, now=clock(), limits=limits)
+        if isinstance(step, Dispatch):
+            outcomes = await execute(rtg, step.activations, ...)   # runtime layer
+            step = settle(rtg, step, outcomes, now=clock(), ids=ids)
+        ...commit the moment, follow its disposition...
+"""
+
+from docket.core.advance import Step, advance
+from docket.core.errors import (
+    AlreadyResolved,
+    CoreError,
+    GraphMismatch,
+    GuardEvaluationFailed,
+    InactiveRun,
+    IncompatibleExecutionPolicy,
+    InvalidGraph,
+    InvalidInput,
+    InvalidPolicy,
+    InvalidRun,
+    MalformedMoment,
+    NotContinue,
+    NotFound,
+)
+from docket.core.init import build_initial_run, check_input, initialize
+from docket.core.moment import (
+    Continue,
+    Disposition,
+    Moment,
+    NotDue,
+    Park,
+    ParkReason,
+    Terminated,
+    Unchanged,
+    Wait,
+    ceil_ms,
+    envelope,
+    wake_name,
+    yield_moment,
+)
+from docket.core.mutations import cancel_run, resolve_interrupt
+from docket.core.outcomes import (
+    Completed,
+    Failed,
+    Interrupted,
+    TaskOutcome,
+    classify_return,
+    describe_exception,
+    format_reason,
+)
+from docket.core.plan import (
+    DEFAULT_TIMEOUT_MS,
+    Activation,
+    Dispatch,
+    HostLimits,
+    check_execution_policy,
+    superstep_limit,
+)
+from docket.core.proposals import (
+    claimed_proposal,
+    init_proposal,
+    initial_wake,
+    schedule_for,
+    unclaimed_proposal,
+)
+from docket.core.settle import settle
+from docket.core.state import project_outputs, snapshot, source_versions
+
+__all__ = [
+    "DEFAULT_TIMEOUT_MS",
+    "Activation",
+    "AlreadyResolved",
+    "Completed",
+    "Continue",
+    "CoreError",
+    "Dispatch",
+    "Disposition",
+    "Failed",
+    "GraphMismatch",
+    "GuardEvaluationFailed",
+    "HostLimits",
+    "InactiveRun",
+    "IncompatibleExecutionPolicy",
+    "Interrupted",
+    "InvalidGraph",
+    "InvalidInput",
+    "InvalidPolicy",
+    "InvalidRun",
+    "MalformedMoment",
+    "Moment",
+    "NotContinue",
+    "NotDue",
+    "NotFound",
+    "Park",
+    "ParkReason",
+    "Step",
+    "TaskOutcome",
+    "Terminated",
+    "Unchanged",
+    "Wait",
+    "advance",
+    "build_initial_run",
+    "cancel_run",
+    "ceil_ms",
+    "check_execution_policy",
+    "check_input",
+    "claimed_proposal",
+    "classify_return",
+    "describe_exception",
+    "envelope",
+    "format_reason",
+    "init_proposal",
+    "initial_wake",
+    "initialize",
+    "project_outputs",
+    "resolve_interrupt",
+    "schedule_for",
+    "settle",
+    "snapshot",
+    "source_versions",
+    "superstep_limit",
+    "unclaimed_proposal",
+    "wake_name",
+    "yield_moment",
+]

@@ -1,0 +1,268 @@
+"""The barrier: commit one finished superstep.
+
+Given every result of the superstep (parked siblings and this dispatch's results, one per
+node), the barrier
+
+1. re-validates every write and interrupt request (stored data is checked like fresh data);
+2. folds the writes through the field reducers with writers in node-id order and
+   re-validates the committed values (``reducers.commit_step``); each written channel's
+   version goes up by one, equal value or not;
+3. consumes the activations the superstep ran on (ephemeral edge values go back to
+   ``None``), except those aimed at a node paused on an open interrupt, which are kept
+   until that node runs again;
+4. collects the outgoing edges of the nodes that completed; a fan-in (barrier) edge
+   remembers which sources completed and fires once all of them have; guards are
+   evaluated on the new state; a fired edge to a node bumps its channel, a fired edge to
+   ``$finish`` only records an event;
+5. opens the requested interrupts and advances the step.
+
+The run is ``waiting`` afterwards exactly when nothing can run and an interrupt is open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+import attrs
+
+from docket.contract.proposals import External
+from docket.core.errors import InvalidRun
+from docket.core.finish import AttemptFailure, error_failure, failure_moment, superstep_failure
+from docket.core.interrupts import duplicate_ids, request_problems
+from docket.core.moment import Continue, Disposition, Entry, Moment, Park, ParkReason, propose
+from docket.core.outcomes import format_reason
+from docket.core.plan import candidates, open_interrupt_ids
+from docket.core.state import committed_fields, guard_view
+from docket.graph.compiler import ChannelKind, RuntimeEdge, RuntimeGraph
+from docket.graph.guards import GuardEvalError, evaluate
+from docket.graph.model import FINISH
+from docket.graph.reducers import StepRejected, commit_step
+from docket.records import (
+    ChannelState,
+    CheckpointType,
+    EventType,
+    Failure,
+    InterruptState,
+    InterruptStatus,
+    PendingWrite,
+    Run,
+    RunStatus,
+    WriteKind,
+)
+from docket.values import JSONDict, JSONValue
+
+__all__ = ["commit_barrier"]
+
+IdGenerator = Callable[[str], str]
+
+
+def _fresh_interrupt_id(ids: IdGenerator, taken: set[str]) -> str:
+    for _ in range(1000):
+        candidate = ids("interrupt")
+        if candidate not in taken:
+            return candidate
+    raise ValueError("the id generator keeps returning interrupt ids that are already taken")
+
+
+def commit_barrier(
+    rtg: RuntimeGraph,
+    run: Run,
+    writes: Sequence[PendingWrite],
+    now: datetime,
+    ids: IdGenerator,
+) -> Moment:
+    """Commit the superstep whose results are ``writes`` (one per node, any order)."""
+    ordered = sorted(writes, key=lambda w: w.node_id)
+    strangers = sorted({w.node_id for w in ordered if w.node_id not in rtg.nodes})
+    if strangers:
+        lost = InvalidRun(
+            f"pending results name nodes the graph does not have: {', '.join(strangers)}",
+            phase="commit",
+            details={"nodes": list[JSONValue](strangers)},
+        )
+        return failure_moment(run, error_failure(lost), now)
+    updates = {w.node_id: w.value for w in ordered if w.kind is WriteKind.UPDATE}
+    requests = [w for w in ordered if w.kind is WriteKind.INTERRUPT]
+
+    errors: dict[str, str] = {}
+    twice = duplicate_ids(w.value for w in requests)
+    for write in requests:
+        problems = request_problems(rtg, run, write.node_id, write.value)
+        ident = write.value.get("id")
+        if isinstance(ident, str) and ident in twice:
+            problems.append(f"interrupt id {ident!r} is requested twice in one superstep")
+        if problems:
+            errors[write.node_id] = format_reason("invalid_interrupt", "; ".join(problems))
+    fields = rtg.field_rules()
+    step = commit_step(fields, rtg.input_ids, committed_fields(rtg, run.channels), updates)
+    if isinstance(step, StepRejected):
+        for node_id, reasons in step.errors.items():
+            errors[node_id] = format_reason("invalid_state_update", "; ".join(reasons))
+    if errors or isinstance(step, StepRejected):
+        by_node = {w.node_id: w for w in ordered}
+        failed = [
+            AttemptFailure(
+                node_id=node_id,
+                task_id=by_node[node_id].task_id,
+                attempt=by_node[node_id].attempt,
+                reason=errors[node_id],
+            )
+            for node_id in sorted(errors)
+        ]
+        return superstep_failure(run, (), failed, now)
+
+    channels = dict(run.channels)
+    for field_id in sorted(step.values):
+        channel_id = f"state:{field_id}"
+        previous = channels.get(channel_id)
+        version = 1 if previous is None else previous.version + 1
+        channels[channel_id] = ChannelState(
+            channel_id=channel_id, value=step.values[field_id], version=version
+        )
+
+    paused = {i.node_id for i in run.interrupts.values() if i.status is InterruptStatus.OPEN}
+    kept: set[str] = set()
+    for channel_id in sorted(run.changed_channels):
+        channel = rtg.channels.get(channel_id)
+        edge = rtg.edges.get(channel.public_id) if channel is not None else None
+        if channel is None or channel.kind is not ChannelKind.EDGE or edge is None:
+            continue
+        if edge.target in paused:
+            kept.add(channel_id)  # the target cannot run yet: keep its activation
+            continue
+        state = channels.get(channel_id)
+        if state is not None and state.value is not None:
+            channels[channel_id] = attrs.evolve(state, value=None)
+
+    completed = set(updates)
+    outgoing = sorted({e for n in completed for e in rtg.nodes[n].outgoing_edges})
+    eligible: list[RuntimeEdge] = []
+    for edge_id in outgoing:
+        edge = rtg.edges[edge_id]
+        if edge.barrier:
+            state = channels.get(edge.channel_id) or ChannelState(channel_id=edge.channel_id)
+            seen = set(state.barrier_seen) | (completed & set(edge.sources))
+            if seen >= set(edge.sources):
+                channels[edge.channel_id] = attrs.evolve(state, barrier_seen=())
+            else:
+                channels[edge.channel_id] = attrs.evolve(state, barrier_seen=tuple(sorted(seen)))
+                continue
+        eligible.append(edge)
+
+    view = guard_view(rtg, channels, step.changed)
+    fired: list[RuntimeEdge] = []
+    finished: list[RuntimeEdge] = []
+    for edge in eligible:
+        if edge.guard is not None:
+            verdict = evaluate(edge.guard, view)
+            if isinstance(verdict, GuardEvalError):
+                failure = Failure(
+                    code="guard_evaluation_failed",
+                    message=f"edge {edge.id} guard evaluation failed",
+                    details={"edge_id": edge.id, "reasons": list[JSONValue](verdict.reasons)},
+                )
+                return failure_moment(run, failure, now)
+            if not verdict.value:
+                continue
+        if edge.target == FINISH:
+            finished.append(edge)
+            continue
+        state = channels.get(edge.channel_id) or ChannelState(channel_id=edge.channel_id)
+        channels[edge.channel_id] = attrs.evolve(state, value=True, version=state.version + 1)
+        fired.append(edge)
+
+    interrupts = dict(run.interrupts)
+    taken = set(interrupts) | {i for w in requests if isinstance(i := w.value.get("id"), str) and i}
+    opened: list[tuple[InterruptState, PendingWrite]] = []
+    for write in requests:
+        request = write.value
+        ident = request.get("id")
+        if not isinstance(ident, str) or not ident:
+            ident = _fresh_interrupt_id(ids, taken)
+            taken.add(ident)
+        metadata = request.get("metadata")
+        schema = request.get("schema")
+        opening = InterruptState(
+            id=ident,
+            node_id=write.node_id,
+            status=InterruptStatus.OPEN,
+            resume_channel=str(request["resume_channel"]),
+            schema=schema if isinstance(schema, dict) else None,
+            created_at=now,
+            metadata=metadata if isinstance(metadata, dict) else {},
+        )
+        interrupts[ident] = opening
+        opened.append((opening, write))
+    opened.sort(key=lambda pair: pair[0].id)
+
+    changed = {f"state:{f}" for f in step.changed} | {e.channel_id for e in fired} | kept
+    interrupting = {w.node_id for w in requests}
+    proposed = attrs.evolve(
+        run,
+        channels=channels,
+        changed_channels=frozenset(changed),
+        pending_nodes=frozenset((run.pending_nodes - completed) | interrupting),
+        interrupts=interrupts,
+        active_tasks={},
+        pending_writes=(),
+        timers={},
+        step=run.step + 1,
+        updated_at=now,
+        status=RunStatus.RUNNING,
+    )
+    waiting = not candidates(rtg, proposed) and bool(open_interrupt_ids(proposed))
+    if waiting:
+        proposed = attrs.evolve(proposed, status=RunStatus.WAITING)
+
+    entries: list[Entry] = []
+    for write in ordered:
+        if write.kind is WriteKind.UPDATE:
+            entries.append(
+                Entry(
+                    type=EventType.NODE_COMPLETED,
+                    step=run.step,
+                    node_id=write.node_id,
+                    task_id=write.task_id,
+                    payload={"attempt": write.attempt},
+                )
+            )
+    for field_id in sorted(step.values):
+        writers: list[JSONValue] = list(step.writers[field_id])
+        entries.append(
+            Entry(
+                type=EventType.CHANNEL_UPDATED,
+                step=run.step,
+                channel_id=f"state:{field_id}",
+                payload={"writers": writers},
+            )
+        )
+    for edge in [*fired, *finished]:
+        entries.append(edge_entry(edge, run.step))
+    for opening, write in opened:
+        entries.append(
+            Entry(
+                type=EventType.INTERRUPT_REQUESTED,
+                step=run.step,
+                node_id=write.node_id,
+                task_id=write.task_id,
+                payload={
+                    "attempt": write.attempt,
+                    "interrupt_id": opening.id,
+                    "resume_channel": opening.resume_channel,
+                },
+            )
+        )
+    checkpoint = CheckpointType.INTERRUPT_REQUESTED if opened else CheckpointType.STEP_COMMITTED
+    disposition: Disposition = (
+        Park(External(), ParkReason.AWAITING_INTERRUPTS) if waiting else Continue()
+    )
+    return propose(proposed, checkpoint, entries, disposition, now)
+
+
+def edge_entry(edge: RuntimeEdge, step: int) -> Entry:
+    """The ``edge_triggered`` event of a fired edge (start edges included)."""
+    payload: JSONDict = {"edge_id": edge.id, "to": edge.target}
+    return Entry(
+        type=EventType.EDGE_TRIGGERED, step=step, channel_id=edge.channel_id, payload=payload
+    )

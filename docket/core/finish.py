@@ -1,0 +1,132 @@
+"""The terminal moments a run can reach by itself: completion and failure.
+
+Completion is quiescence: when the next plan finds nothing to run and no open interrupt,
+a separate ``run_completed`` moment projects the outputs. Every failure (a node failing
+permanently, the superstep limit, a guard that cannot be evaluated, a corrupted policy or
+parked task) goes through :func:`failure_moment`: the active superstep is discarded,
+channels and step stay as they were, and the last runtime event is ``run_failed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import attrs
+
+from docket.contract.proposals import Terminal
+from docket.core.errors import CoreError
+from docket.core.moment import Entry, Moment, Park, ParkReason, propose
+from docket.core.state import project_outputs
+from docket.graph.compiler import RuntimeGraph
+from docket.records import CheckpointType, EventType, Failure, Run, RunStatus
+from docket.values import JSONDict, JSONValue
+
+__all__ = [
+    "AttemptFailure",
+    "completion_moment",
+    "error_failure",
+    "failure_moment",
+    "node_failed_entry",
+    "superstep_failure",
+]
+
+
+@attrs.frozen(kw_only=True)
+class AttemptFailure:
+    """One failed attempt, as reported in ``node_failed`` events."""
+
+    node_id: str
+    task_id: str
+    attempt: int
+    reason: str
+
+
+def node_failed_entry(failure: AttemptFailure, step: int, *, permanent: bool) -> Entry:
+    return Entry(
+        type=EventType.NODE_FAILED,
+        step=step,
+        node_id=failure.node_id,
+        task_id=failure.task_id,
+        payload={"attempt": failure.attempt, "reason": failure.reason, "permanent": permanent},
+    )
+
+
+def completion_moment(rtg: RuntimeGraph, run: Run, now: datetime) -> Moment:
+    """``done``: outputs projected from the effective channel values; step unchanged."""
+    done = attrs.evolve(
+        run,
+        status=RunStatus.DONE,
+        output=project_outputs(rtg, run.channels),
+        finished_at=now,
+        updated_at=now,
+    )
+    outputs: list[JSONValue] = list(sorted(rtg.outputs))
+    entry = Entry(type=EventType.RUN_COMPLETED, step=run.step, payload={"outputs": outputs})
+    return propose(
+        done,
+        CheckpointType.RUN_COMPLETED,
+        [entry],
+        Park(Terminal(), ParkReason.RUN_COMPLETED),
+        now,
+    )
+
+
+def failure_moment(
+    run: Run, failure: Failure, now: datetime, entries: Sequence[Entry] = ()
+) -> Moment:
+    """``failed`` with ``failure``; ``entries`` precede the final ``run_failed`` event."""
+    failed = attrs.evolve(
+        run,
+        status=RunStatus.FAILED,
+        failure=failure,
+        output=None,
+        finished_at=now,
+        updated_at=now,
+        active_tasks={},
+        pending_writes=(),
+        timers={},
+    )
+    payload: JSONDict = {**failure.details, "reason": failure.code, "message": failure.message}
+    last = Entry(type=EventType.RUN_FAILED, step=run.step, node_id=failure.node_id, payload=payload)
+    return propose(
+        failed,
+        CheckpointType.RUN_FAILED,
+        [*entries, last],
+        Park(Terminal(), ParkReason.RUN_FAILED),
+        now,
+    )
+
+
+def error_failure(error: CoreError) -> Failure:
+    """The run failure recorded for a typed core error (its code, message and details)."""
+    return Failure(
+        code=error.code, message=error.message, node_id=error.node_id, details=error.details
+    )
+
+
+def superstep_failure(
+    run: Run,
+    retried: Sequence[AttemptFailure],
+    permanent: Sequence[AttemptFailure],
+    now: datetime,
+) -> Moment:
+    """A superstep with at least one permanent failure: no write of it commits.
+
+    Events: ``node_failed`` (not permanent) for each attempt that would have been retried,
+    then ``node_failed`` (permanent) for each permanent failure, then ``run_failed``.
+    """
+    nodes = sorted({f.node_id for f in permanent})
+    errors: JSONDict = {f.node_id: f.reason for f in sorted(permanent, key=lambda f: f.node_id)}
+    label = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}"
+    failure = Failure(
+        code="node_failed",
+        message=f"{label} failed permanently",
+        node_id=nodes[0] if len(nodes) == 1 else None,
+        details={"nodes": list[JSONValue](nodes), "errors": errors},
+    )
+    entries = [
+        *(node_failed_entry(f, run.step, permanent=False) for f in retried),
+        *(node_failed_entry(f, run.step, permanent=True) for f in permanent),
+    ]
+    return failure_moment(run, failure, now, entries)

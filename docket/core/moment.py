@@ -1,0 +1,344 @@
+"""Moments: one commit boundary as data, and the other answers the core can give.
+
+A :class:`Moment` is everything one durable transition needs: the proposed :class:`Run`
+(with ``checkpoint_seq`` and ``event_seq`` already advanced), its events (runtime events
+with consecutive sequences, then exactly one ``checkpoint_committed``), the checkpoint type,
+the checkpoint metadata envelope (runtime-spec §2.4), the disposition (what happens after
+the commit) and ``proposed_at`` (the one timestamp every event of the moment carries).
+Computing a moment writes nothing and calls nothing.
+
+:func:`propose` is the only place sequences are assigned and the envelope is built;
+:func:`yield_moment` is the only sanctioned rewrite of a finished moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TypeAlias
+
+import attrs
+
+from docket.contract.proposals import At, External, Immediate, Terminal, Wake
+from docket.core.errors import MalformedMoment, NotContinue
+from docket.records import (
+    Checkpoint,
+    CheckpointType,
+    Event,
+    EventType,
+    PendingWrite,
+    Run,
+    idempotency_key,
+)
+from docket.values import JSONDict, JSONValue
+
+__all__ = [
+    "Continue",
+    "Disposition",
+    "Entry",
+    "Moment",
+    "NotDue",
+    "Park",
+    "ParkReason",
+    "Terminated",
+    "Unchanged",
+    "Wait",
+    "ceil_ms",
+    "envelope",
+    "propose",
+    "wake_name",
+    "yield_moment",
+]
+
+
+class ParkReason(StrEnum):
+    RETRY_BACKOFF = "retry_backoff"
+    AWAITING_INTERRUPTS = "awaiting_interrupts"
+    RUN_COMPLETED = "run_completed"
+    RUN_FAILED = "run_failed"
+    RUN_CANCELLED = "run_cancelled"
+    INTERRUPT_RESOLVED = "interrupt_resolved"
+    DRAIN_BUDGET = "drain_budget"
+
+
+@attrs.frozen
+class Continue:
+    """The run can advance right away: compute the next moment after committing this one."""
+
+
+@attrs.frozen
+class Park:
+    """Stop after committing; ``wake`` says when the run is due again."""
+
+    wake: Wake
+    reason: ParkReason
+
+
+Disposition: TypeAlias = Continue | Park
+
+
+def wake_name(disposition: Disposition) -> str:
+    """``continue``, ``immediate``, ``external``, ``at`` or ``terminal``."""
+    match disposition:
+        case Continue():
+            return "continue"
+        case Park(wake=Immediate()):
+            return "immediate"
+        case Park(wake=External()):
+            return "external"
+        case Park(wake=At()):
+            return "at"
+        case Park(wake=Terminal()):
+            return "terminal"
+    raise TypeError(f"not a disposition: {disposition!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Entry:
+    """A runtime event before :func:`propose` gives it a sequence and the timestamp."""
+
+    type: EventType
+    step: int
+    node_id: str | None = None
+    channel_id: str | None = None
+    task_id: str | None = None
+    payload: JSONDict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Moment:
+    """One commit boundary, complete and data-only."""
+
+    run: Run
+    events: tuple[Event, ...]
+    checkpoint_type: CheckpointType
+    metadata: JSONDict
+    disposition: Disposition
+    proposed_at: datetime
+    pending_attempts: tuple[PendingWrite, ...] = ()
+
+    def checkpoint(self) -> Checkpoint:
+        """The checkpoint this moment becomes once committed."""
+        return Checkpoint(
+            type=self.checkpoint_type,
+            seq=self.run.checkpoint_seq,
+            run=self.run,
+            events=self.events,
+            created_at=self.proposed_at,
+            metadata=self.metadata,
+        )
+
+
+@attrs.frozen
+class Wait:
+    """Nothing can run until an interrupt is resolved (the run is already ``waiting``)."""
+
+    run: Run
+    interrupt_ids: tuple[str, ...]
+
+
+@attrs.frozen
+class NotDue:
+    """A parked superstep with no attempt due yet: nothing to commit before ``resume_at``."""
+
+    run: Run
+    resume_at: datetime
+    wait_ms: int
+
+
+@attrs.frozen
+class Terminated:
+    """The run is terminal; there is nothing to compute."""
+
+    run: Run
+
+
+@attrs.frozen
+class Unchanged:
+    """A mutation that needs no commit (cancelling a cancelled run)."""
+
+    run: Run
+
+
+def ceil_ms(delta: timedelta) -> int:
+    """A wait in whole milliseconds, rounded up (never negative): waking early is useless."""
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return max(-(-micros // 1000), 0)
+
+
+# -- the envelope --------------------------------------------------------------------------
+
+_OUTCOMES = {
+    EventType.NODE_COMPLETED: "completed",
+    EventType.NODE_FAILED: "failed",
+    EventType.INTERRUPT_REQUESTED: "interrupted",
+}
+
+
+def _active_superstep(run: Run) -> JSONValue:
+    if not run.active_tasks and not run.pending_writes:
+        return None
+    tasks: list[JSONValue] = [
+        {
+            "task_id": t.task_id,
+            "node_id": t.node_id,
+            "scheduled_attempt": t.attempt,
+            "idempotency_key": t.idempotency_key,
+        }
+        for t in sorted(run.active_tasks.values(), key=lambda t: (t.node_id, t.task_id))
+    ]
+    pending: list[JSONValue] = [
+        {
+            "task_id": w.task_id,
+            "node_id": w.node_id,
+            "attempted": w.attempt,
+            "kind": str(w.kind),
+            "idempotency_key": idempotency_key(w.task_id, w.attempt),
+        }
+        for w in sorted(run.pending_writes, key=lambda w: (w.node_id, w.task_id))
+    ]
+    return {"graph_step": run.step, "tasks": tasks, "pending_attempts": pending}
+
+
+def _node_attempts(
+    run: Run, events: Sequence[Event], new_writes: Sequence[PendingWrite]
+) -> list[JSONValue]:
+    out: list[JSONValue] = []
+    listed: set[str] = set()
+    for event in events:
+        outcome = _OUTCOMES.get(event.type)
+        if outcome is None or event.task_id is None:
+            continue
+        task = run.active_tasks.get(event.task_id)
+        out.append(
+            {
+                "task_id": event.task_id,
+                "node_id": event.node_id,
+                "attempted": event.payload.get("attempt"),
+                "outcome": outcome,
+                "next_scheduled_attempt": None if task is None else task.attempt,
+            }
+        )
+        listed.add(event.task_id)
+    for write in new_writes:
+        if write.task_id in listed:
+            continue
+        out.append(
+            {
+                "task_id": write.task_id,
+                "node_id": write.node_id,
+                "attempted": write.attempt,
+                "outcome": f"pending_{write.kind}",
+                "next_scheduled_attempt": None,
+            }
+        )
+    return out
+
+
+def envelope(
+    run: Run,
+    checkpoint_type: CheckpointType,
+    disposition: Disposition,
+    events: Sequence[Event],
+    new_writes: Sequence[PendingWrite],
+) -> JSONDict:
+    """The checkpoint metadata envelope of runtime-spec §2.4, from the *proposed* run.
+
+    ``events`` are the moment's runtime events (without ``checkpoint_committed``);
+    ``new_writes`` the pending writes this moment created.
+    """
+    return {
+        "checkpoint_seq": run.checkpoint_seq,
+        "checkpoint_type": str(checkpoint_type),
+        "graph_step": run.step,
+        "wake_disposition": wake_name(disposition),
+        "park_reason": None if isinstance(disposition, Continue) else str(disposition.reason),
+        "active_superstep": _active_superstep(run),
+        "node_attempts": _node_attempts(run, events, new_writes),
+    }
+
+
+def propose(
+    run: Run,
+    checkpoint_type: CheckpointType,
+    entries: Sequence[Entry],
+    disposition: Disposition,
+    now: datetime,
+    *,
+    new_writes: Sequence[PendingWrite] = (),
+) -> Moment:
+    """Seal a proposed run into a moment.
+
+    Advances ``checkpoint_seq`` by one, gives the runtime entries the sequences after the
+    run's ``event_seq`` (all stamped ``now``), builds the envelope, appends the one
+    ``checkpoint_committed`` event (step = the proposed step, metadata = the envelope) and
+    sets ``event_seq`` to its sequence.
+    """
+    first = run.event_seq + 1
+    events = [
+        Event(
+            run_id=run.id,
+            seq=first + index,
+            type=entry.type,
+            step=entry.step,
+            timestamp=now,
+            node_id=entry.node_id,
+            channel_id=entry.channel_id,
+            task_id=entry.task_id,
+            payload=entry.payload,
+        )
+        for index, entry in enumerate(entries)
+    ]
+    last = first + len(events)
+    sealed = attrs.evolve(run, checkpoint_seq=run.checkpoint_seq + 1, event_seq=last)
+    metadata = envelope(sealed, checkpoint_type, disposition, events, new_writes)
+    events.append(
+        Event(
+            run_id=run.id,
+            seq=last,
+            type=EventType.CHECKPOINT_COMMITTED,
+            step=sealed.step,
+            timestamp=now,
+            metadata=metadata,
+        )
+    )
+    return Moment(
+        run=sealed,
+        events=tuple(events),
+        checkpoint_type=checkpoint_type,
+        metadata=metadata,
+        disposition=disposition,
+        proposed_at=now,
+        pending_attempts=tuple(new_writes),
+    )
+
+
+def yield_moment(
+    moment: Moment, reason: ParkReason = ParkReason.DRAIN_BUDGET
+) -> Moment | NotContinue | MalformedMoment:
+    """Turn a ``Continue`` moment into ``Park(Immediate, reason)`` (a drain-budget yield).
+
+    Only the disposition, the envelope and the trailing event's metadata change; the run,
+    sequences, timestamps, payloads and checkpoint type stay as they were.
+    """
+    if not isinstance(moment.disposition, Continue):
+        name = wake_name(moment.disposition)
+        return NotContinue(
+            f"only a continue moment can yield, this one is {name}",
+            details={"disposition": name},
+        )
+    events = moment.events
+    marks = [i for i, e in enumerate(events) if e.type is EventType.CHECKPOINT_COMMITTED]
+    if marks != [len(events) - 1]:
+        return MalformedMoment("a moment ends with exactly one checkpoint_committed event")
+    if events[-1].metadata != moment.metadata:
+        return MalformedMoment("the checkpoint event's metadata is not the moment's envelope")
+    disposition = Park(Immediate(), reason)
+    metadata = envelope(
+        moment.run, moment.checkpoint_type, disposition, events[:-1], moment.pending_attempts
+    )
+    last = attrs.evolve(events[-1], metadata=metadata)
+    return attrs.evolve(
+        moment, events=(*events[:-1], last), metadata=metadata, disposition=disposition
+    )

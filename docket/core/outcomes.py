@@ -1,0 +1,103 @@
+"""What one node attempt did, as data the core can settle.
+
+The executor (runtime layer) runs a node and reports exactly one :data:`TaskOutcome` per
+activation. Turning a node's return value into an outcome is pure, so it lives here
+(:func:`classify_return`); the executor only adds what it alone can know (exceptions,
+timeouts, cancellation), each phrased with :func:`format_reason`, the one rendering of a
+failure used in events, parked task failures and ``Failure.details["errors"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeAlias
+
+import attrs
+
+from docket.graph.nodes import Failure, Interrupt, Update
+
+__all__ = [
+    "Completed",
+    "Failed",
+    "Interrupted",
+    "TaskOutcome",
+    "classify_return",
+    "describe_exception",
+    "format_reason",
+]
+
+
+@attrs.frozen(kw_only=True)
+class Completed:
+    """The node returned writes (validated later, at settle)."""
+
+    task_id: str
+    node_id: str
+    attempt: int
+    update: object
+
+
+@attrs.frozen(kw_only=True)
+class Interrupted:
+    """The node asked to pause for an outside answer (validated later, at settle)."""
+
+    task_id: str
+    node_id: str
+    attempt: int
+    interrupt: Interrupt
+
+
+@attrs.frozen(kw_only=True)
+class Failed:
+    """The attempt failed. ``retryable`` failures are retried while the budget lasts."""
+
+    task_id: str
+    node_id: str
+    attempt: int
+    reason: str
+    retryable: bool
+
+
+TaskOutcome: TypeAlias = Completed | Interrupted | Failed
+
+
+def format_reason(kind: str, detail: str | None = None) -> str:
+    """``"<kind>: <detail>"`` (or just ``kind``): the one textual form of a failure.
+
+    Kinds used by docket: ``error`` (a node's own ``Failure``), ``exception``,
+    ``timeout``, ``killed``, ``exited``, ``lost``, ``invalid_node_return``,
+    ``invalid_state_update``, ``invalid_interrupt``.
+    """
+    return kind if not detail else f"{kind}: {detail}"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"ValueError: bad thing"`` (the type name alone when the message is empty)."""
+    text = str(exc)
+    return type(exc).__name__ if not text else f"{type(exc).__name__}: {text}"
+
+
+def classify_return(task_id: str, node_id: str, attempt: int, value: object) -> TaskOutcome:
+    """Classify what a node returned (after awaiting it).
+
+    A mapping or ``Update`` is a completion; an ``Interrupt`` a pause; a ``Failure`` a
+    failure (retryable unless it says otherwise); anything else is the permanent failure
+    ``invalid_node_return``.
+    """
+    if isinstance(value, Update | Mapping):
+        update = value.values if isinstance(value, Update) else value
+        return Completed(task_id=task_id, node_id=node_id, attempt=attempt, update=update)
+    if isinstance(value, Interrupt):
+        return Interrupted(task_id=task_id, node_id=node_id, attempt=attempt, interrupt=value)
+    if isinstance(value, Failure):
+        reason = format_reason("error", str(value.reason))
+        retryable = value.retryable is not False
+    else:
+        reason = format_reason(
+            "invalid_node_return",
+            f"a node must return a dict, Update, Interrupt or Failure, got {type(value).__name__}",
+        )
+        retryable = False
+    return Failed(
+        task_id=task_id, node_id=node_id, attempt=attempt, reason=reason, retryable=retryable
+    )

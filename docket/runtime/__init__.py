@@ -1,0 +1,1 @@
+"""The runtime (layer 5): asyncio node execution, workers and lifecycle discipline."""

@@ -1,0 +1,163 @@
+"""Node execution: run one superstep's activations, concurrently, and report outcomes.
+
+Every activation runs in its own asyncio task under ``asyncio.timeout`` (its effective
+attempt timeout). Async nodes are awaited on the loop; sync nodes run in a worker thread
+(a shared pool by default). Each node gets its own deep copy of the snapshot and config,
+so a node that mutates what it was given cannot disturb its siblings or the run.
+
+Whatever a node does, exactly one :data:`~docket.core.outcomes.TaskOutcome` comes back per
+activation and the caller never sees the node's exception:
+
+- a raised exception (``SystemExit`` included) is a retryable failure naming it;
+- running past the timeout is a retryable ``timeout`` failure;
+- a node that cancels its own task is a retryable ``killed`` failure;
+- a return value that is not a dict, ``Update``, ``Interrupt`` or ``Failure`` is the
+  permanent failure ``invalid_node_return``.
+
+Cancelling the caller cancels every in-flight async node (the tasks are awaited together).
+A sync node that times out or is cancelled cannot be stopped: Python threads cannot be
+killed, so it keeps running in its thread until it returns, and its result is dropped.
+``KeyboardInterrupt`` is never swallowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from datetime import datetime, timedelta
+
+import attrs
+
+from docket.clock import system_clock
+from docket.core.outcomes import (
+    Failed,
+    TaskOutcome,
+    classify_return,
+    describe_exception,
+    format_reason,
+)
+from docket.core.plan import Activation
+from docket.core.state import copy_dict
+from docket.graph.compiler import RuntimeGraph, RuntimeNode
+from docket.graph.nodes import NodeContext
+
+__all__ = ["NodeRunContext", "execute", "execute_one", "node_threads"]
+
+
+@attrs.frozen
+class NodeRunContext(NodeContext):
+    """The :class:`~docket.graph.nodes.NodeContext` plus what only the executor knows:
+    ``deadline`` (by the injected clock) and the effective ``timeout_ms`` of this attempt.
+    ``task_id`` and ``idempotency_key`` are derived from the identity fields."""
+
+    deadline: datetime | None = None
+    timeout_ms: int | None = None
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def node_threads() -> Executor:
+    """The shared thread pool sync nodes run in (created on first use)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="docket-node")
+        return _pool
+
+
+def _failed(activation: Activation, kind: str, detail: str) -> Failed:
+    return Failed(
+        task_id=activation.task_id,
+        node_id=activation.node_id,
+        attempt=activation.attempt,
+        reason=format_reason(kind, detail),
+        retryable=True,
+    )
+
+
+async def execute_one(
+    node: RuntimeNode,
+    activation: Activation,
+    *,
+    clock: Callable[[], datetime] = system_clock,
+    application: Mapping[str, object] | None = None,
+    threads: Executor | None = None,
+) -> TaskOutcome:
+    """Run one attempt of ``node``; never raises for anything the node does (cancelling the
+    caller still cancels it)."""
+    timeout_ms = activation.timeout_ms
+    context = NodeRunContext(
+        run_id=activation.run_id,
+        node_id=activation.node_id,
+        step=activation.step,
+        attempt=activation.attempt,
+        config=copy_dict(activation.config),
+        source_versions=dict(activation.source_versions),
+        application=application or {},
+        deadline=clock() + timedelta(milliseconds=timeout_ms),
+        timeout_ms=timeout_ms,
+    )
+    state = copy_dict(activation.snapshot)
+    fn = node.definition.fn
+    try:
+        async with asyncio.timeout(timeout_ms / 1000) as scope:
+            if node.definition.is_async:
+                value: object = fn(state, context)
+            else:
+                loop = asyncio.get_running_loop()
+                call = functools.partial(contextvars.copy_context().run, fn, state, context)
+                value = await loop.run_in_executor(threads or node_threads(), call)
+            if inspect.isawaitable(value):
+                value = await value
+    except TimeoutError as exc:
+        if scope.expired():
+            return _failed(activation, "timeout", f"the attempt exceeded its {timeout_ms} ms")
+        return _failed(activation, "exception", describe_exception(exc))
+    except SystemExit as exc:
+        return _failed(activation, "exited", describe_exception(exc))
+    except Exception as exc:
+        return _failed(activation, "exception", describe_exception(exc))
+    return classify_return(activation.task_id, activation.node_id, activation.attempt, value)
+
+
+async def execute(
+    rtg: RuntimeGraph,
+    activations: Sequence[Activation],
+    *,
+    clock: Callable[[], datetime] = system_clock,
+    application: Mapping[str, object] | None = None,
+    threads: Executor | None = None,
+) -> tuple[TaskOutcome, ...]:
+    """Run every activation concurrently; one outcome per activation, in the same order.
+
+    An activation whose node is missing from ``rtg`` fails (retryably) without running.
+    """
+    if not activations:
+        return ()
+    jobs: list[asyncio.Future[TaskOutcome]] = []
+    for activation in activations:
+        node = rtg.nodes.get(activation.node_id)
+        if node is None:
+            done: asyncio.Future[TaskOutcome] = asyncio.get_running_loop().create_future()
+            done.set_result(_failed(activation, "lost", "the graph has no such node"))
+            jobs.append(done)
+            continue
+        coro = execute_one(node, activation, clock=clock, application=application, threads=threads)
+        jobs.append(asyncio.ensure_future(coro))
+    results = await asyncio.gather(*jobs, return_exceptions=True)
+    outcomes: list[TaskOutcome] = []
+    for activation, result in zip(activations, results, strict=True):
+        if isinstance(result, asyncio.CancelledError):
+            outcomes.append(_failed(activation, "killed", "the node's task was cancelled"))
+        elif isinstance(result, BaseException):
+            outcomes.append(_failed(activation, "exception", describe_exception(result)))
+        else:
+            outcomes.append(result)
+    return tuple(outcomes)
