@@ -37,6 +37,7 @@ import attrs
 
 from docket.graph.model import GraphError, GraphErrorCode, implementation_name_problem
 from docket.graph.schema import Schema
+from docket.records import idempotency_key, task_id
 from docket.values import JSONDict, JSONValue
 
 __all__ = [
@@ -61,19 +62,6 @@ __all__ = [
 
 def _json_map(value: Mapping[str, JSONValue]) -> JSONDict:
     return dict(value)
-
-
-# -- identity ---------------------------------------------------------------------------------
-
-
-def task_id(run_id: str, step: int, node_id: str) -> str:
-    """The task of one node in one superstep: ``"<run_id>:<step>:<node_id>"``."""
-    return f"{run_id}:{step}:{node_id}"
-
-
-def idempotency_key(task: str, attempt: int) -> str:
-    """One attempt of a task: ``"<task_id>:<attempt>"``; stable across replays."""
-    return f"{task}:{attempt}"
 
 
 @attrs.frozen
