@@ -187,6 +187,24 @@ class Backend(Protocol):
         """
 
 
+@runtime_checkable
+class Migratable(Protocol):
+    """Optional: a backend with a versioned schema that operators upgrade explicitly.
+
+    Opening a store written by a *newer* schema must fail without changing anything;
+    ``migrate`` applies the pending migrations in order, atomically where the database
+    allows, and returns ``(from_version, to_version)``. ``docket migrate`` drives this.
+    """
+
+    async def schema_versions(self) -> tuple[int | None, int]:
+        """``(stored, supported)``; ``stored`` is ``None`` for an empty store."""
+
+    async def migrate(self) -> tuple[int | None, int]: ...
+
+    def schema_sql(self) -> str:
+        """The DDL ``migrate`` would apply to an empty store, for teams that run it."""
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -200,6 +218,7 @@ __all__ = [
     "EventStore",
     "GraphSaveResult",
     "GraphStore",
+    "Migratable",
     "RunStore",
     "TransitionStore",
 ]
