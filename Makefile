@@ -24,8 +24,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Each backend's tests/ is checked on its own: their conftest modules share a name.
 typecheck: $(STAMP)
 	$(BIN)/mypy
+	$(BIN)/mypy backends/postgres/tests
+	$(BIN)/mypy backends/redis/tests
 
 services:
 	./scripts/ensure-services

@@ -1,0 +1,1 @@
+"""Test support for docket-postgres (throwaway servers on 127.0.0.1)."""
