@@ -125,3 +125,12 @@ def test_memory_factory_refuses_unknown_options_and_paths() -> None:
         from_url("memory://somewhere")
     backend = from_url("memory://", limits=Limits(max_events_per_transition=3))
     assert attrs.asdict(negotiate(backend).limits)["max_events_per_transition"] == 3
+
+
+def test_docket_backends_lists_what_is_installed() -> None:
+    import docket.backends
+
+    installed = docket.backends.available()
+    assert installed["memory"].schemes == ("memory",)
+    assert "sqlite" in installed and "sqlite" in installed["sqlite"].schemes
+    assert isinstance(docket.backends.from_url("memory://"), MemoryBackend)
