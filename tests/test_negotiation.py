@@ -112,8 +112,8 @@ def test_memory_is_always_available_and_each_url_gets_a_fresh_store() -> None:
 
 
 def test_unknown_schemes_say_what_to_install() -> None:
-    with pytest.raises(UnknownBackend, match="pip install docket-postgres"):
-        from_url("postgresql://localhost/db")
+    with pytest.raises(UnknownBackend, match="pip install docket-cassandra"):
+        from_url("cassandra://localhost/db")
     with pytest.raises(ValueError, match="no scheme"):
         scheme_of("app.db")
 
@@ -134,3 +134,22 @@ def test_docket_backends_lists_what_is_installed() -> None:
     assert installed["memory"].schemes == ("memory",)
     assert "sqlite" in installed and "sqlite" in installed["sqlite"].schemes
     assert isinstance(docket.backends.from_url("memory://"), MemoryBackend)
+
+
+def test_a_broken_backend_package_does_not_hide_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib.metadata import EntryPoint
+
+    import docket.contract.registry as registry
+
+    points = [
+        EntryPoint("exploding", "no_such_module_xyz:factory", registry.GROUP),
+        EntryPoint("wrongtype", "os:sep", registry.GROUP),
+    ]
+    monkeypatch.setattr(registry, "entry_points", lambda group: points)
+    assert set(registry.available()) == {"memory"}
+    assert set(registry.broken()) == {"exploding", "wrongtype"}
+    assert isinstance(registry.from_url("memory://"), MemoryBackend)
+    with pytest.raises(UnknownBackend, match="exploding"):
+        registry.from_url("exploding://x")

@@ -41,20 +41,39 @@ def _builtin() -> dict[str, BackendFactory]:
     return {factory.name: factory}
 
 
-def available() -> dict[str, BackendFactory]:
-    """Every installed backend by name (``memory`` always among them)."""
+def _discover() -> tuple[dict[str, BackendFactory], dict[str, str]]:
+    """Every loadable backend by name, and why each broken entry point failed.
+
+    One broken package must not take the others down: it is reported, not raised.
+    """
     found = _builtin()
+    broken: dict[str, str] = {}
     for point in entry_points(group=GROUP):
         if point.name in found:
             continue
-        loaded = point.load()
+        try:
+            loaded = point.load()
+        except Exception as exc:  # any import-time failure of a third-party package
+            broken[point.name] = f"{point.value}: {type(exc).__name__}: {exc}"
+            continue
         if not isinstance(loaded, BackendFactory):
-            raise TypeError(
-                f"entry point {point.name!r} ({point.value}) in {GROUP!r} must be a "
-                f"docket.contract.registry.BackendFactory, got {type(loaded).__name__}"
+            broken[point.name] = (
+                f"{point.value} is a {type(loaded).__name__}, not a "
+                "docket.contract.registry.BackendFactory"
             )
+            continue
         found[point.name] = loaded
-    return found
+    return found, broken
+
+
+def available() -> dict[str, BackendFactory]:
+    """Every installed, loadable backend by name (``memory`` always among them)."""
+    return _discover()[0]
+
+
+def broken() -> dict[str, str]:
+    """Installed backend entry points that failed to load, with the reason."""
+    return _discover()[1]
 
 
 def scheme_of(url: str) -> str:
@@ -67,16 +86,30 @@ def scheme_of(url: str) -> str:
 def from_url(url: str, **options: object) -> Backend:
     """Create (not open) the backend that serves ``url``'s scheme."""
     scheme = scheme_of(url)
-    factories = available()
+    factories, failures = _discover()
     for backend_factory in factories.values():
         if scheme in backend_factory.schemes:
             return backend_factory.create(url, options)
     served = sorted(s for f in factories.values() for s in f.schemes)
-    raise UnknownBackend(
+    hint = scheme.split("+")[0].replace("postgresql", "postgres")
+    message = (
         f"no installed docket backend serves {scheme}:// (installed: "
         f"{', '.join(s + '://' for s in served)}); install the package, "
-        f"e.g. pip install docket-{scheme.split('+')[0].replace('postgresql', 'postgres')}"
+        f"e.g. pip install docket-{hint}"
     )
+    if failures:
+        message += "; these backends failed to load: " + "; ".join(
+            f"{name} ({why})" for name, why in sorted(failures.items())
+        )
+    raise UnknownBackend(message)
 
 
-__all__ = ["GROUP", "BackendFactory", "UnknownBackend", "available", "from_url", "scheme_of"]
+__all__ = [
+    "GROUP",
+    "BackendFactory",
+    "UnknownBackend",
+    "available",
+    "broken",
+    "from_url",
+    "scheme_of",
+]
