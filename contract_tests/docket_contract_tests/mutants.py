@@ -106,16 +106,10 @@ class _Reference(MemoryBackend):
 
     # -- commits ----------------------------------------------------------------------------
 
-    def _commit(
-        self,
-        owner: OwnerScope,
-        transition_id: str,
-        expected: int,
-        token: str | None,
-        checkpoint_type: CheckpointType,
-        schedule: Schedule,
-        valid: ValidTransition,
-    ) -> TransitionResult:
+    def _commit(self, owner: OwnerScope, valid: ValidTransition) -> TransitionResult:
+        transition_id, token = valid.transition_id, valid.claim_token
+        expected, schedule = valid.expected_checkpoint_seq, valid.schedule
+        assert expected is not None and schedule is not None
         with self._lock:
             row = self._lookup_for_commit(owner, valid.run.id)
             if row is None:
@@ -159,7 +153,7 @@ class _Reference(MemoryBackend):
                     seq = valid.events[index].seq
                     row.events[seq] = (valid.event_json[index], valid.event_contents[index])
             kept = (row.claim_token, row.claimed_at, row.poisoned_at, row.poison_reason)
-            self._apply(row, transition_id, checkpoint_type, schedule, valid, new)
+            self._apply(row, transition_id, valid.checkpoint_type, schedule, valid, new)
             if token is None and self.signal_keeps_claim and kept[0] is not None:
                 row.claim_token, row.claimed_at = kept[0], kept[1]
             if token is None and self.signal_keeps_poison and kept[2] is not None:

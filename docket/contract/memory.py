@@ -585,17 +585,7 @@ class MemoryBackend:
         self, owner: OwnerScope, proposal: ClaimedProposal, events: Sequence[Event]
     ) -> TransitionResult:
         valid = validate_commit_claimed(owner, proposal, events, self._limits)
-        if not isinstance(valid, ValidTransition):
-            return valid
-        return self._commit(
-            owner,
-            proposal.transition_id,
-            proposal.expected_checkpoint_seq,
-            proposal.claim_token,
-            proposal.checkpoint_type,
-            proposal.schedule,
-            valid,
-        )
+        return self._commit(owner, valid) if isinstance(valid, ValidTransition) else valid
 
     async def commit_unclaimed(
         self,
@@ -607,33 +597,15 @@ class MemoryBackend:
         valid = validate_commit_unclaimed(
             owner, expected_checkpoint_seq, proposal, events, self._limits
         )
-        if not isinstance(valid, ValidTransition):
-            return valid
-        return self._commit(
-            owner,
-            proposal.transition_id,
-            expected_checkpoint_seq,
-            None,
-            proposal.checkpoint_type,
-            proposal.schedule,
-            valid,
-        )
+        return self._commit(owner, valid) if isinstance(valid, ValidTransition) else valid
 
-    def _commit(
-        self,
-        owner: OwnerScope,
-        transition_id: str,
-        expected: int,
-        token: str | None,
-        checkpoint_type: CheckpointType,
-        schedule: Schedule,
-        valid: ValidTransition,
-    ) -> TransitionResult:
+    def _commit(self, owner: OwnerScope, valid: ValidTransition) -> TransitionResult:
+        assert valid.expected_checkpoint_seq is not None and valid.schedule is not None
         with self._lock:
             row = self._row(owner, valid.run.id)
             if row is None:
                 return NotFound()
-            replay = check_replay(row.transitions, transition_id, valid.digest)
+            replay = check_replay(row.transitions, valid.transition_id, valid.digest)
             if isinstance(replay, Replay):
                 return run_from_json(row.run_json)
             if replay is not None:
@@ -641,7 +613,7 @@ class MemoryBackend:
             broken = check_identity(row.run, valid.run)
             if broken is not None:
                 return broken
-            if not self._fences_hold(row, expected, token):
+            if not self._fences_hold(row, valid.expected_checkpoint_seq, valid.claim_token):
                 return StaleCheckpoint()
             split = split_events(row.run.event_seq, valid)
             if not isinstance(split, tuple):
@@ -652,7 +624,7 @@ class MemoryBackend:
                 stored = row.events.get(seq)
                 if not compare_event(stored[1] if stored else None, valid, index):
                     return EventConflict(seq)
-            self._apply(row, transition_id, checkpoint_type, schedule, valid, new)
+            self._apply(row, valid.transition_id, valid.checkpoint_type, valid.schedule, valid, new)
             return run_from_json(valid.run_json)
 
     def _apply(

@@ -77,6 +77,13 @@ class ValidTransition:
     event_json: tuple[bytes, ...]  # parallel to ``events``
     event_contents: tuple[bytes, ...]  # parallel; equality of events is equality of these
     digest: str  # identifies the proposal's content under its transition_id
+    # The proposal's own fields, checked, so a backend applies one value, not three shapes:
+    transition_id: str
+    checkpoint_type: CheckpointType
+    expected_checkpoint_seq: int | None = None  # None: initialize
+    claim_token: str | None = None  # set for claimed commits only
+    schedule: Schedule | None = None  # None: initialize (which uses wake_at)
+    wake_at: datetime | None = None  # initialize only
 
 
 def _invalid(*reasons: str) -> InvalidTransition:
@@ -212,6 +219,8 @@ def _finish(
         event_json=tuple(event_to_json(e) for e, _ in ordered),
         event_contents=contents,
         digest=digest,
+        transition_id=transition_id,
+        checkpoint_type=CheckpointType.RUN_INITIALIZED,
     )
 
 
@@ -251,9 +260,11 @@ def validate_initialize(
         events,
         limits,
     )
-    if isinstance(result, ValidTransition) and seqs != list(range(1, run.event_seq + 1)):
+    if not isinstance(result, ValidTransition):
+        return result
+    if seqs != list(range(1, run.event_seq + 1)):
         return _invalid(f"events: a new run publishes seqs 1..{run.event_seq} exactly, got {seqs}")
-    return result
+    return attrs.evolve(result, wake_at=proposal.wake_at)
 
 
 def validate_commit_claimed(
@@ -286,7 +297,16 @@ def validate_commit_claimed(
         str(proposal.checkpoint_type),
         _schedule_doc(proposal.schedule),
     ]
-    return _finish("commit_claimed", proposal.transition_id, header, run, events, limits)
+    result = _finish("commit_claimed", proposal.transition_id, header, run, events, limits)
+    if not isinstance(result, ValidTransition):
+        return result
+    return attrs.evolve(
+        result,
+        checkpoint_type=proposal.checkpoint_type,
+        expected_checkpoint_seq=expected,
+        claim_token=proposal.claim_token,
+        schedule=proposal.schedule,
+    )
 
 
 def validate_commit_unclaimed(
@@ -326,7 +346,16 @@ def validate_commit_unclaimed(
         str(proposal.checkpoint_type),
         _schedule_doc(proposal.schedule),
     ]
-    return _finish("commit_unclaimed", proposal.transition_id, header, run, events, limits)
+    result = _finish("commit_unclaimed", proposal.transition_id, header, run, events, limits)
+    if not isinstance(result, ValidTransition):
+        return result
+    assert isinstance(expected, int)  # checked above
+    return attrs.evolve(
+        result,
+        checkpoint_type=proposal.checkpoint_type,
+        expected_checkpoint_seq=expected,
+        schedule=proposal.schedule,
+    )
 
 
 # -- shared post-lookup rules ---------------------------------------------------------------
