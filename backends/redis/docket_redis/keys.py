@@ -1,0 +1,194 @@
+"""The key layout: which Redis key holds what, and which hash tag it carries.
+
+Every key of one owner scope carries the hash tag ``{<prefix>:<owner>}``, so every
+script — which only ever touches one scope's keys — runs on a single Redis Cluster
+slot. ``<owner>`` is ``-`` for tenantless rows and ``t:<tenant id>`` for a tenant, with
+``%``, ``{`` and ``}`` percent-escaped so a tenant id can neither end the tag early nor
+make two scopes' keys collide; inside tags the prefix has ``%`` and ``:`` escaped, so
+two namespaces never share a key either. The namespace's own keys (the registry of scopes and
+the listing-order counter, the layout version) carry the tag ``{<prefix>}``.
+
+Per scope (tag ``T``):
+
+========================  ======  =====================================================
+key                       type    content
+========================  ======  =====================================================
+``T:r:<run_id>``          hash    run document, identity, operational state
+``T:tx:<run_id>``         hash    transition_id -> digest of the committed proposal
+``T:ev:<run_id>``         hash    ``<seq>`` -> event JSON, ``d<seq>`` -> content digest
+``T:ei:<run_id>``         zset    seq -> seq (retained sequences, for paging and bounds)
+``T:ready``               zset    run_id -> wake_at us (healthy, running, unclaimed)
+``T:claimed``             zset    run_id -> claimed_at us (healthy, running, claimed)
+``T:sum``                 hash    run_id -> ``<order>|<summary JSON>`` (list_runs)
+``T:ix``                  zset    ``<time key of started_at>:<run_id>``, one score (lex)
+``T:ix:s:<status>``       zset    the same, runs of one status
+``T:ix:g:<graph_id>``     zset    the same, runs of one graph id
+``T:ix:h:<graph_hash>``   zset    the same, runs of one graph hash
+``T:g:<graph_id>``        hash    ``d:<hash>`` -> document, ``p:<hash>`` -> published us
+``T:gv:<graph_id>``       zset    ``<time key of published_at>:<hash>``, one score (lex)
+========================  ======  =====================================================
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import unquote
+
+from docket.records import DURABLE_STATUSES, OwnerScope, RunStatus, Tenant, Tenantless
+
+#: The status indexes a commit may move a run between, in the order commit.lua expects.
+STATUS_ORDER: Final = (
+    RunStatus.RUNNING,
+    RunStatus.WAITING,
+    RunStatus.DONE,
+    RunStatus.FAILED,
+    RunStatus.CANCELLED,
+)
+assert frozenset(STATUS_ORDER) == DURABLE_STATUSES
+
+_TIME_OFFSET: Final = 10**19
+
+
+def time_key(micros: int) -> str:
+    """A fixed-width string whose lexical order is the numeric order of ``micros``.
+
+    Non-negative times are ``1`` + 19 digits; negative ones ``0`` + 19 digits of
+    ``micros + 10**19``. (Scripts build the non-negative form from the server clock.)
+    """
+    if not -_TIME_OFFSET < micros < _TIME_OFFSET:
+        raise ValueError(f"time {micros} us is out of range")
+    return f"1{micros:019d}" if micros >= 0 else f"0{micros + _TIME_OFFSET:019d}"
+
+
+#: Length of ``time_key(...) + ':'`` — where the id starts in an index member.
+TIME_KEY_WIDTH: Final = 21
+
+
+def index_member(micros: int, ident: str) -> str:
+    return f"{time_key(micros)}:{ident}"
+
+
+def member_ident(member: bytes | str) -> str:
+    text = member.decode() if isinstance(member, bytes) else member
+    return text[TIME_KEY_WIDTH:]
+
+
+def member_micros(member: bytes | str) -> int:
+    text = member.decode() if isinstance(member, bytes) else member
+    digits = int(text[1 : TIME_KEY_WIDTH - 1])
+    return digits if text[0] == "1" else digits - _TIME_OFFSET
+
+
+def _escape(text: str) -> str:
+    return text.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def owner_part(owner: OwnerScope) -> str:
+    """The scope's part of its hash tag: ``-`` or ``t:<escaped tenant id>``."""
+    if isinstance(owner, Tenant):
+        return f"t:{_escape(owner.id)}"
+    if isinstance(owner, Tenantless):
+        return "-"
+    raise TypeError(f"expected Tenantless or Tenant, got {owner!r}")
+
+
+def owner_of_part(part: str) -> str | None:
+    """The tenant id behind an owner part (``None`` for tenantless); inverse of the above."""
+    if part == "-":
+        return None
+    if not part.startswith("t:") or len(part) < 3:
+        raise ValueError(f"not an owner key part: {part!r}")
+    return unquote(part[2:])
+
+
+def check_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str) or not prefix:
+        raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
+    if "{" in prefix or "}" in prefix:
+        raise ValueError(f"prefix {prefix!r} must not contain '{{' or '}}' (it is a hash tag)")
+    return prefix
+
+
+class Namespace:
+    """The keys of one docket namespace (one ``prefix``)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = check_prefix(prefix)
+        # inside tags the prefix is escaped so that no prefix can end where another
+        # namespace's prefix and owner part begin ("a" + "t:b" against "a:t" + "b")
+        self.escaped = self.prefix.replace("%", "%25").replace(":", "%3A")
+        home = f"{{{self.escaped}}}"
+        self.registry = f"{home}:scopes"
+        self.order = f"{home}:order"
+        self.schema = f"{home}:schema"
+        self.channel = f"{self.prefix}:wake"
+
+    @property
+    def scope_pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern for every key of every owner scope of this namespace."""
+        return f"{{{self.escaped}:*"
+
+    def scope(self, owner: OwnerScope) -> ScopeKeys:
+        return ScopeKeys(self.escaped, owner_part(owner))
+
+    def scope_of_part(self, part: str) -> ScopeKeys:
+        owner_of_part(part)  # validates
+        return ScopeKeys(self.escaped, part)
+
+
+class ScopeKeys:
+    """The keys of one owner scope; all share one hash tag."""
+
+    def __init__(self, prefix: str, part: str) -> None:
+        self.part = part
+        self.tag = f"{{{prefix}:{part}}}"
+        self.ready = f"{self.tag}:ready"
+        self.claimed = f"{self.tag}:claimed"
+        self.summaries = f"{self.tag}:sum"
+        self.index = f"{self.tag}:ix"
+
+    @property
+    def tenant_id(self) -> str | None:
+        return owner_of_part(self.part)
+
+    def run(self, run_id: str) -> str:
+        return f"{self.tag}:r:{run_id}"
+
+    def transitions(self, run_id: str) -> str:
+        return f"{self.tag}:tx:{run_id}"
+
+    def events(self, run_id: str) -> str:
+        return f"{self.tag}:ev:{run_id}"
+
+    def event_index(self, run_id: str) -> str:
+        return f"{self.tag}:ei:{run_id}"
+
+    def by_status(self, status: RunStatus) -> str:
+        return f"{self.tag}:ix:s:{status.value}"
+
+    def by_graph(self, graph_id: str) -> str:
+        return f"{self.tag}:ix:g:{graph_id}"
+
+    def by_hash(self, graph_hash: str) -> str:
+        return f"{self.tag}:ix:h:{graph_hash}"
+
+    def graph(self, graph_id: str) -> str:
+        return f"{self.tag}:g:{graph_id}"
+
+    def versions(self, graph_id: str) -> str:
+        return f"{self.tag}:gv:{graph_id}"
+
+
+__all__ = [
+    "STATUS_ORDER",
+    "TIME_KEY_WIDTH",
+    "Namespace",
+    "ScopeKeys",
+    "check_prefix",
+    "index_member",
+    "member_ident",
+    "member_micros",
+    "owner_of_part",
+    "owner_part",
+    "time_key",
+]

@@ -1,0 +1,22 @@
+-- claim_peek: the oldest due candidates of one owner scope (reads only).
+--
+-- Ready runs are in the ready zset scored by wake time; claimed runs in the claimed
+-- zset scored by claim time. Equal scores come back ordered by run id, which is the
+-- contract's tie-break. A claim exactly at the TTL boundary is not expired, hence the
+-- exclusive bound.
+--
+-- KEYS  1 ready zset   2 claimed zset
+-- ARGV  1 now us ('' = server TIME)   2 orphan TTL us   3 how many of each class
+local function clock(given)
+  if given ~= '' then return tonumber(given), given end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return now, string.format('%.0f', now)
+end
+
+local now, now_s = clock(ARGV[1])
+local cutoff = string.format('%.0f', now - tonumber(ARGV[2]))
+local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_s, 'WITHSCORES', 'LIMIT', 0, ARGV[3])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. cutoff, 'WITHSCORES',
+  'LIMIT', 0, ARGV[3])
+return {now_s, ready, expired}

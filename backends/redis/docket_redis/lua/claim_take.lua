@@ -1,0 +1,71 @@
+-- claim_take: lease (or poison) the candidates claim_due chose in one owner scope.
+--
+-- claim_due chooses across scopes from claim_peek's answers; by the time this runs a
+-- competing claimer may have taken a candidate, so each one is checked again under the
+-- same rules (still ready: wake <= now; still expired: claimed_at < now - TTL) and
+-- skipped if it no longer qualifies. All checks come before the first write.
+--
+-- KEYS  1 ready zset   2 claimed zset   3.. the run of each candidate, in ARGV order
+-- ARGV  1 now us ('' = server TIME)   2 orphan TTL us   3 max claim attempts
+--       4 poison reason   then (run_id, class 'ready' | 'expired', fresh token) each
+local function clock(given)
+  if given ~= '' then return tonumber(given), given end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return now, string.format('%.0f', now)
+end
+
+local now, now_s = clock(ARGV[1])
+local cutoff = now - tonumber(ARGV[2])
+local max_attempts = tonumber(ARGV[3])
+local count = #KEYS - 2
+
+-- checks
+local plan = {}
+for i = 1, count do
+  local run_id = ARGV[2 + 3 * i]
+  local class = ARGV[3 + 3 * i]
+  local ok = false
+  if class == 'ready' then
+    local score = redis.call('ZSCORE', KEYS[1], run_id)
+    ok = score and tonumber(score) <= now
+  else
+    local score = redis.call('ZSCORE', KEYS[2], run_id)
+    ok = score and tonumber(score) < cutoff
+  end
+  local attempts = nil
+  if ok then
+    attempts = tonumber(redis.call('HGET', KEYS[2 + i], 'attempts'))
+    if not attempts then
+      return {'CORRUPT', run_id}
+    end
+  end
+  plan[i] = attempts
+end
+
+-- writes
+local out = {'OK', now_s}
+for i = 1, count do
+  local run = KEYS[2 + i]
+  local run_id = ARGV[2 + 3 * i]
+  local attempts = plan[i]
+  if not attempts then
+    table.insert(out, {run_id, 'skipped'})
+  elseif attempts < max_attempts then
+    local token = ARGV[4 + 3 * i]
+    local attempt = string.format('%d', attempts + 1)
+    redis.call('HSET', run, 'token', token, 'claimed', now_s, 'attempts', attempt)
+    redis.call('HDEL', run, 'wake')
+    redis.call('ZREM', KEYS[1], run_id)
+    redis.call('ZADD', KEYS[2], now_s, run_id)
+    local fields = redis.call('HMGET', run, 'graph_id', 'graph_hash', 'cseq')
+    table.insert(out, {run_id, 'leased', token, attempt, fields[1], fields[2], fields[3]})
+  else
+    redis.call('HDEL', run, 'token', 'claimed', 'wake')
+    redis.call('HSET', run, 'poisoned', now_s, 'preason', ARGV[4])
+    redis.call('ZREM', KEYS[1], run_id)
+    redis.call('ZREM', KEYS[2], run_id)
+    table.insert(out, {run_id, 'poisoned'})
+  end
+end
+return out

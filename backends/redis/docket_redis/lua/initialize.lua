@@ -1,0 +1,56 @@
+-- initialize: create a run, its first wake and its first events, all or nothing.
+--
+-- Every check returns before the first write (a Lua error would not roll back):
+-- the graph version must exist in the owner's scope, then the run id must be free
+-- there (a replay of the same transition_id answers the stored run instead).
+--
+-- KEYS  1 graph documents   2 run          3 transitions    4 event bodies
+--       5 event index       6 ready zset   7 summaries      8 run index
+--       9 run index of status 'running'   10 run index of the graph id
+--      11 run index of the graph hash
+-- ARGV  1 graph field ('d:' .. graph_hash)   2 transition_id   3 digest
+--       4 run document   5 graph_id   6 graph_hash   7 status   8 checkpoint_seq
+--       9 event_seq   10 started_at us   11 wake_at us   12 now us ('' = server TIME)
+--      13 wake channel   14 index member   15 summary   16 run_id   17 checkpoint type
+--      18 listing order   19 number of events, then (seq, body, digest) per event
+local function clock(given)
+  if given ~= '' then return tonumber(given) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  return {'NOT_FOUND_GRAPH'}
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local digest = redis.call('HGET', KEYS[3], ARGV[2])
+  if digest == ARGV[3] then
+    return {'REPLAY', redis.call('HGET', KEYS[2], 'doc')}
+  end
+  if digest then
+    return {'TX_CONFLICT', digest}
+  end
+  return {'EXISTS'}
+end
+
+-- every check passed: publish
+redis.call('HSET', KEYS[2],
+  'doc', ARGV[4], 'graph_id', ARGV[5], 'graph_hash', ARGV[6], 'status', ARGV[7],
+  'cseq', ARGV[8], 'eseq', ARGV[9], 'started', ARGV[10], 'wake', ARGV[11],
+  'attempts', '0', 'abandons', '0', 'ct', ARGV[17], 'ord', ARGV[18])
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+local n = tonumber(ARGV[19])
+for i = 0, n - 1 do
+  local seq = ARGV[20 + 3 * i]
+  redis.call('HSET', KEYS[4], seq, ARGV[21 + 3 * i], 'd' .. seq, ARGV[22 + 3 * i])
+  redis.call('ZADD', KEYS[5], seq, seq)
+end
+redis.call('ZADD', KEYS[6], ARGV[11], ARGV[16])
+redis.call('HSET', KEYS[7], ARGV[16], ARGV[18] .. '|' .. ARGV[15])
+for k = 8, 11 do
+  redis.call('ZADD', KEYS[k], 0, ARGV[14])
+end
+if tonumber(ARGV[11]) <= clock(ARGV[12]) then
+  redis.call('PUBLISH', ARGV[13], 'due')
+end
+return {'OK'}

@@ -1,0 +1,29 @@
+-- retry_poisoned_run: clear a poisoned run's poison and counters; due now.
+--
+-- KEYS  1 run   2 ready zset   3 claimed zset
+-- ARGV  1 now us ('' = server TIME)   2 run_id   3 wake channel
+local function clock(given)
+  if given ~= '' then return tonumber(given), given end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return now, string.format('%.0f', now)
+end
+
+local stored = redis.call('HMGET', KEYS[1], 'doc', 'status', 'poisoned')
+if not stored[1] then
+  return {'NOT_FOUND'}
+end
+local status = stored[2]
+if status == 'done' or status == 'failed' or status == 'cancelled' then
+  return {'INACTIVE'}
+end
+if not stored[3] then
+  return {'OK', stored[1]}
+end
+local _, now_s = clock(ARGV[1])
+redis.call('HDEL', KEYS[1], 'poisoned', 'preason', 'token', 'claimed')
+redis.call('HSET', KEYS[1], 'attempts', '0', 'abandons', '0', 'wake', now_s)
+redis.call('ZREM', KEYS[3], ARGV[2])
+redis.call('ZADD', KEYS[2], now_s, ARGV[2])
+redis.call('PUBLISH', ARGV[3], 'due')
+return {'OK', stored[1]}
