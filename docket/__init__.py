@@ -1,3 +1,74 @@
-"""docket: a durable, graph-based workflow engine."""
+"""docket: a durable, graph-based workflow engine.
+
+The everyday names are importable from here::
+
+    from docket import Docket, GraphBuilder, NodeRegistry, S, R, START, FINISH
+
+    nodes = NodeRegistry()
+
+    @nodes.node("greet")
+    def greet(state, ctx):
+        return {"greeting": f"hello {state['name']}"}
+
+    async with Docket("sqlite:///app.db", nodes=nodes) as docket:
+        ...
+
+Errors live in :mod:`docket.errors`; settings in :mod:`docket.settings`; the inline test
+runner in :mod:`docket.testing`.
+"""
+
+from docket import errors
+from docket.errors import DocketError
+from docket.facade import Docket, DrainSummary, SyncDocket
+from docket.graph.builder import GraphBuilder
+from docket.graph.model import FINISH, START, Graph
+from docket.graph.nodes import (
+    Failure,
+    Interrupt,
+    NodeContext,
+    NodeRegistry,
+    NodeState,
+    RetryPolicy,
+    Update,
+    node,
+)
+from docket.graph.reducers import R
+from docket.graph.schema import S
+from docket.records import Event, GraphRef, Run, RunInfo, RunStatus
+from docket.runtime.lifecycle import CommitContext
+from docket.runtime.worker import Worker, WorkerStats
+from docket.settings import Settings
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "FINISH",
+    "START",
+    "CommitContext",
+    "Docket",
+    "DocketError",
+    "DrainSummary",
+    "Event",
+    "Failure",
+    "Graph",
+    "GraphBuilder",
+    "GraphRef",
+    "Interrupt",
+    "NodeContext",
+    "NodeRegistry",
+    "NodeState",
+    "R",
+    "RetryPolicy",
+    "Run",
+    "RunInfo",
+    "RunStatus",
+    "S",
+    "Settings",
+    "SyncDocket",
+    "Update",
+    "Worker",
+    "WorkerStats",
+    "__version__",
+    "errors",
+    "node",
+]

@@ -1,25 +1,31 @@
-"""Quickstart: an approval workflow that pauses for a human and then finishes.
+"""Quickstart: an expense approval that waits for a person, on a SQLite file.
 
-Runs inline (no storage, no workers) through the same pure core a worker uses; every
-proposal the core makes is committed to the in-memory reference backend, so what you see
-is exactly what a durable backend would store.
+A worker runs inside this script (in the background); the run pauses on an interrupt,
+the script answers it, the run finishes, and the script prints the output and the run's
+event timeline as stored in the database.
 
-    python examples/quickstart.py
+    python examples/quickstart.py          (or: make demo)
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import tempfile
+from pathlib import Path
 
-from docket.clock import ManualClock
-from docket.contract.memory import MemoryBackend
-from docket.graph.builder import GraphBuilder
-from docket.graph.model import FINISH, START
-from docket.graph.nodes import Interrupt, NodeContext, NodeRegistry, NodeState, Update
-from docket.graph.reducers import R
-from docket.graph.schema import S
-from docket.records import Run
-from docket.testing import InlineResult, resolve_interrupt_inline, run_inline
+from docket import (
+    FINISH,
+    START,
+    GraphBuilder,
+    Interrupt,
+    NodeContext,
+    NodeRegistry,
+    NodeState,
+    R,
+    S,
+    SyncDocket,
+    Update,
+)
+from docket.records import Event, EventType
 
 nodes = NodeRegistry()
 
@@ -32,7 +38,9 @@ def review(state: NodeState, ctx: NodeContext) -> Update | Interrupt:
     if amount < limit:
         return Update({"decision": "approved", "log": [f"auto-approved at step {ctx.step}"]})
     if "decision" not in state:
-        return Interrupt("decision", schema=S.enum(["approved", "rejected"]))
+        return Interrupt(
+            "decision", schema=S.enum(["approved", "rejected"]), id=f"approval-{ctx.run_id}"
+        )
     return Update({"log": [f"a person decided: {state['decision']}"]})
 
 
@@ -60,33 +68,42 @@ graph = (
 )
 
 
-def timeline(result: InlineResult) -> None:
-    for event in result.events:
-        where = event.node_id or event.channel_id or ""
-        print(f"  {event.seq:>3}  step {event.step}  {event.type:<22} {where}")
-
-
-def show(title: str, run: Run) -> None:
-    print(f"{title}: run {run.id} is {run.status} (checkpoint {run.checkpoint_seq})")
+def describe(event: Event) -> str:
+    if event.type is EventType.CHECKPOINT_COMMITTED:
+        return f"checkpoint {event.metadata['checkpoint_seq']}: {event.metadata['checkpoint_type']}"
+    return event.node_id or event.channel_id or ""
 
 
 def main() -> None:
-    clock = ManualClock(datetime.now(UTC))  # one clock for the runner and the store
-    store = MemoryBackend(clock=clock)  # every proposal is committed here, as a worker would
-    paused = run_inline(
-        graph, {"who": "ada", "amount": 420.0}, nodes=nodes, clock=clock, commit_to=store
-    )
-    show("started", paused.run)
-    (interrupt_id,) = paused.run.interrupts
-    print(f"  waiting on interrupt {interrupt_id!r} for a decision")
-    done = resolve_interrupt_inline(
-        graph, paused.run, interrupt_id, "approved", nodes=nodes, clock=clock, commit_to=store
-    )
-    show("resolved", done.run)
-    print(f"output: {done.run.output}")
-    print("timeline:")
-    timeline(paused)
-    timeline(done)
+    with tempfile.TemporaryDirectory(prefix="docket-quickstart-") as tmp:
+        database = Path(tmp) / "quickstart.db"
+        print(f"backend: sqlite file {database.name} (in a temporary directory)")
+        with SyncDocket(f"sqlite:///{database}", nodes=nodes, poll_interval=0.5) as docket:
+            ref = docket.save_graph(graph)
+            print(f"published {ref.graph_id} {ref.graph_hash[:16]}")
+            docket.start_worker()
+
+            run = docket.start_run(ref, {"who": "ada", "amount": 420.0}, run_id="expense-1")
+            print(f"started: run {run.id} is {run.status} (checkpoint {run.checkpoint_seq})")
+            run = docket.await_run(run.id, timeout=30)
+            (interrupt,) = run.interrupts.values()
+            print(
+                f"paused: run {run.id} is {run.status}, interrupt {interrupt.id!r} "
+                f"asks {interrupt.node_id!r} for a {interrupt.resume_channel!r}"
+            )
+
+            docket.resolve_interrupt(run.id, interrupt.id, "approved")
+            print("resolved: a person answered 'approved'")
+            run = docket.await_run(run.id, timeout=30)
+            print(f"finished: run {run.id} is {run.status} (checkpoint {run.checkpoint_seq})")
+            print(f"output: {run.output}")
+            stats = docket.stop_worker()
+            assert stats is not None
+            print(f"worker: {stats.leases} claims, {stats.commits} commits")
+
+            print("timeline (read back from the database):")
+            for event in docket.history(run.id):
+                print(f"  {event.seq:>3}  step {event.step}  {event.type:<22} {describe(event)}")
 
 
 if __name__ == "__main__":

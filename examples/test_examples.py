@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -9,17 +10,42 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def test_quickstart_pauses_resolves_and_prints_the_output() -> None:
+def run_example(name: str) -> str:
     done = subprocess.run(
-        [sys.executable, str(HERE / "quickstart.py")],
+        [sys.executable, str(HERE / name)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    out = done.stdout
-    assert "is waiting" in out
-    assert "is done" in out
+    return done.stdout
+
+
+def test_quickstart_pauses_resolves_and_prints_the_output_and_timeline() -> None:
+    out = run_example("quickstart.py")
+    assert "paused: run expense-1 is waiting" in out
+    assert "finished: run expense-1 is done" in out
     assert "'receipt': 'paid 420.0 for ada'" in out
-    assert "interrupt_resolved" in out and "run_completed" in out
+    timeline = out.split("timeline (read back from the database):")[1].splitlines()[1:]
+    seqs = [int(line.split()[0]) for line in timeline]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert "interrupt_resolved" in out and "checkpoint 6: run_completed" in out
+
+
+def test_multiprocess_worker_spreads_runs_over_three_processes() -> None:
+    out = run_example("multiprocess_worker.py")
+    assert "30 of 30 runs done" in out
+    assert "workers stopped with SIGTERM: exit code 0" in out
+    text = out.split("steps executed per worker process: ")[1].splitlines()[0]
+    per_process = ast.literal_eval(text)
+    assert isinstance(per_process, dict) and sum(per_process.values()) == 90  # 30 runs x 3
+
+
+def test_agent_loop_retries_times_out_and_sends_one_email() -> None:
+    out = run_example("agent_loop.py")
+    assert "run agent-1 is done" in out
+    assert "outbox: 1 e-mail(s)" in out
+    assert "exception: RateLimited" in out
+    assert "timeout: the attempt exceeded its 300 ms" in out
+    assert "already sent, not sending again" in out

@@ -39,6 +39,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -141,7 +142,9 @@ from docket_sqlite.schema import (
     connect,
     prepare,
     read_version,
+    schema_sql,
 )
+from docket_sqlite.schema import migrate as migrate_file
 from docket_sqlite.url import Target
 
 T = TypeVar("T")
@@ -519,6 +522,48 @@ class SQLiteBackend:
                 copy.close()
 
         await self._reader.run(job)
+
+    # -- schema (docket.contract.Migratable) ---------------------------------------------------
+
+    async def schema_versions(self) -> tuple[int | None, int]:
+        """``(stored, supported)`` schema versions; ``stored`` is ``None`` for a file that
+        does not exist yet or has no docket tables. Reads without opening the backend, so
+        it works on a file that :meth:`open` refuses (too old, too new)."""
+        path = self._target.path
+        if path is None:
+            return (SCHEMA_VERSION if self._ready else None), SCHEMA_VERSION
+        if not os.path.exists(path):
+            return None, SCHEMA_VERSION
+
+        def job() -> int:
+            try:
+                uri = f"{Path(path).as_uri()}?mode=ro"  # percent-encodes odd characters
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+            except sqlite3.Error as exc:
+                raise store_error(exc) from exc
+            try:
+                return read_version(conn, self._target.describe())
+            finally:
+                conn.close()
+
+        found = await asyncio.to_thread(job)
+        return (found or None), SCHEMA_VERSION
+
+    async def migrate(self) -> tuple[int | None, int]:
+        """Bring the file to the current schema (see :func:`docket_sqlite.migrate`);
+        returns ``(from, to)``, ``from`` being ``None`` for a new file. Stop the workers
+        using the file first."""
+        path = self._target.path
+        if path is None:
+            raise ValueError("an in-memory database has nothing to migrate; give a file path")
+        found, current = await asyncio.to_thread(
+            migrate_file, path, busy_timeout=self._busy_timeout
+        )
+        return (found or None), current
+
+    def schema_sql(self) -> str:
+        """The DDL of the whole current schema (what :meth:`migrate` applies to a new file)."""
+        return schema_sql()
 
     # -- clock and wake-ups --------------------------------------------------------------------
 

@@ -1,0 +1,1023 @@
+"""The public API: :class:`Docket` (asyncio) and :class:`SyncDocket` (blocking, for scripts).
+
+::
+
+    async with Docket("sqlite:///app.db", nodes=registry) as docket:
+        ref = await docket.save_graph(graph)
+        async with docket.worker():                 # an in-process worker
+            run = await docket.start_run(ref, {"topic": "otters"})
+            run = await docket.await_run(run.id, timeout=30)
+
+Every method takes ``tenant_id=`` (required in ``tenant_mode="required"``, refused in the
+default ``"none"``) and raises the typed exceptions of :mod:`docket.errors`; a refused
+call writes nothing. Writes return only after their durable commit.
+
+Time: a :class:`Docket` has no clock of its own. Every timestamp it writes and every
+decision about what is due uses the backend's clock (``await backend.now()``), the one
+clock ``claim_due`` compares wakes with; tests that need a frozen or manual clock give it
+to the backend (``MemoryBackend(clock=...)``, ``SQLiteBackend(path, clock=...)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Final, Literal, TypeVar
+
+import attrs
+
+from docket.contract.capabilities import BackendContractError, Capabilities, negotiate
+from docket.contract.errors import (
+    CorruptEventRow,
+    CorruptGraph,
+    InactiveRun,
+    NotFound,
+    Retryable,
+    TransitionResult,
+)
+from docket.contract.proposals import (
+    ClaimBatch,
+    ClaimPolicy,
+    EventListQuery,
+    GraphListQuery,
+    PoisonedClaim,
+    RunListQuery,
+)
+from docket.contract.protocols import Backend, GraphSaveResult
+from docket.contract.registry import UnknownBackend, from_url
+from docket.core.errors import CoreError
+from docket.core.init import build_initial_run, initialize
+from docket.core.moment import Moment, Terminated
+from docket.core.mutations import cancel_run, resolve_interrupt
+from docket.core.plan import check_execution_policy
+from docket.core.proposals import init_proposal
+from docket.errors import (
+    AwaitTimeout,
+    CorruptData,
+    GraphMismatch,
+    InvalidBackend,
+    InvalidGraph,
+    InvalidInput,
+    InvalidOptions,
+    InvalidSettings,
+    InvalidTenant,
+    RunPoisoned,
+    RuntimeUnavailable,
+    from_contract,
+    from_core,
+)
+from docket.errors import (
+    NotFound as NotFoundError,
+)
+from docket.graph.compiler import (
+    RuntimeGraph,
+    compile_graph,
+    effective_document,
+    graph_from_effective_document,
+)
+from docket.graph.model import Graph
+from docket.graph.nodes import NodeRegistry
+from docket.graph.wire import GraphLoadError
+from docket.records import (
+    DURABLE_STATUSES,
+    SYSTEM,
+    TENANTLESS,
+    Event,
+    EventPage,
+    GraphRef,
+    GraphVersion,
+    GraphVersionCursor,
+    GraphVersionPage,
+    OwnerScope,
+    Run,
+    RunCursor,
+    RunInfo,
+    RunPage,
+    RunStatus,
+    Scope,
+    Tenant,
+    tenant_id_of,
+)
+from docket.runtime.drain import Drainer, DrainOutcome, host_limits
+from docket.runtime.graphs import GraphCache, GraphProblem
+from docket.runtime.lifecycle import (
+    CommitContext,
+    CommitPolicy,
+    Ids,
+    Mutation,
+    Observer,
+    Observers,
+    SignalResult,
+    commit,
+    random_ids,
+    signal,
+)
+from docket.runtime.worker import PoisonHandler, Worker, WorkerStats
+from docket.settings import Settings
+from docket.values import JSONDict, JSONValue, NonDurableValue, coerce_durable
+
+__all__ = ["DEFAULT_AWAIT_POLL", "Docket", "DrainSummary", "SyncDocket", "TenantMode"]
+
+TenantMode = Literal["none", "required"]
+DEFAULT_AWAIT_POLL: Final = 0.05
+_MAX_PAGE: Final = 1000
+_T = TypeVar("_T")
+
+
+@attrs.frozen(kw_only=True)
+class DrainSummary:
+    """What :meth:`Docket.drain_due` did: drains run (with their outcomes), runs found
+    poisoned, and whether it stopped at ``max_runs`` with work possibly left."""
+
+    outcomes: tuple[DrainOutcome, ...]
+    poisoned: tuple[PoisonedClaim, ...]
+    limit_reached: bool
+
+    @property
+    def drained(self) -> int:
+        return len(self.outcomes)
+
+
+class Docket:
+    """A docket runtime instance: one backend, one node registry, one set of settings.
+
+    ``backend`` is a URL (``"sqlite:///app.db"``, ``"memory://"``; resolved through the
+    installed backends, with ``backend_options`` as factory keywords) or a backend object.
+    A backend created from a URL is owned (closed by :meth:`close`); a backend object
+    you pass in stays yours to close.
+
+    ``nodes`` names the node implementations this process offers; a worker executes only
+    graphs whose implementations it has. ``settings`` (or keyword overrides such as
+    ``claim_ttl=2``) are validated here; see :class:`~docket.settings.Settings`.
+    ``context`` reaches every node as ``ctx.application``. ``observers`` are called after
+    each commit (best effort), ``on_poisoned`` when a worker finds a run poisoned.
+    ``ids`` generates run, transition and interrupt ids (default: random).
+    """
+
+    def __init__(
+        self,
+        backend: str | Backend,
+        *,
+        nodes: NodeRegistry | None = None,
+        tenant_mode: TenantMode = "none",
+        settings: Settings | None = None,
+        context: Mapping[str, object] | None = None,
+        observers: Sequence[Observer] = (),
+        on_poisoned: PoisonHandler | None = None,
+        ids: Ids | None = None,
+        backend_options: Mapping[str, object] | None = None,
+        **overrides: Any,
+    ) -> None:
+        base = settings if settings is not None else Settings()
+        if not isinstance(base, Settings):
+            raise InvalidSettings(f"settings must be docket.Settings, got {type(base).__name__}")
+        try:
+            chosen = attrs.evolve(base, **overrides)
+        except TypeError as exc:
+            raise InvalidSettings(f"unknown setting: {exc}") from None
+        self.settings = chosen.validate()
+        if tenant_mode not in ("none", "required"):
+            raise InvalidTenant(
+                f"tenant_mode must be 'none' or 'required', got {tenant_mode!r}",
+                details={"tenant_mode": repr(tenant_mode)},
+            )
+        if nodes is not None and not isinstance(nodes, NodeRegistry):
+            raise TypeError(f"nodes must be a docket NodeRegistry, got {type(nodes).__name__}")
+        self.tenant_mode: TenantMode = tenant_mode
+        self.nodes = nodes if nodes is not None else NodeRegistry()
+        self.backend, self._owns_backend = _backend(backend, backend_options)
+        self._ids: Ids = ids or random_ids
+        self._context = dict(context or {})
+        self._observers = Observers(tuple(observers))
+        self._on_poisoned = on_poisoned
+        self._policy = CommitPolicy(
+            attempts=self.settings.commit_attempts, backoff=self.settings.commit_backoff
+        )
+        self._describe = GraphCache(self.backend, self.nodes, executable=False)
+        self._execute = GraphCache(self.backend, self.nodes, executable=True)
+        self._drainer = Drainer(
+            self.backend,
+            self._execute,
+            self.settings,
+            ids=self._ids,
+            observers=self._observers,
+            application=self._context,
+        )
+        self._workers: list[Worker] = []
+        self._capabilities: Capabilities | None = None
+        self._state: Literal["new", "open", "closed"] = "new"
+
+    def __repr__(self) -> str:
+        return f"Docket({self.backend!r}, tenant_mode={self.tenant_mode!r}, {self._state})"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend declared when it was negotiated (on :meth:`open`)."""
+        if self._capabilities is None:
+            raise RuntimeUnavailable("open the Docket first")
+        return self._capabilities
+
+    async def open(self) -> Docket:
+        """Negotiate the backend (contract version, stores, signatures) and open it."""
+        if self._state == "open":
+            return self
+        if self._state == "closed":
+            raise RuntimeUnavailable("this Docket was closed; create a new one")
+        try:
+            self._capabilities = negotiate(self.backend)
+        except BackendContractError as exc:
+            raise InvalidBackend(str(exc), details={"defect": str(exc.code)}) from None
+        await self.backend.open()
+        self._state = "open"
+        return self
+
+    async def close(self) -> None:
+        """Stop this Docket's workers (gracefully), flush observers, close an owned
+        backend. Idempotent."""
+        if self._state == "closed":
+            return
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            await worker.stop()
+        await self._observers.drain(timeout=5.0)
+        if self._owns_backend and self._state == "open":
+            await self.backend.close()
+        self._state = "closed"
+
+    async def __aenter__(self) -> Docket:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _ready(self) -> None:
+        if self._state != "open":
+            raise RuntimeUnavailable(
+                "the Docket is not open: use 'async with Docket(...)' or await open()"
+                if self._state == "new"
+                else "the Docket is closed"
+            )
+
+    def _owner(self, tenant_id: object) -> OwnerScope:
+        if self.tenant_mode == "none":
+            if tenant_id is not None:
+                raise InvalidTenant(
+                    "this Docket is tenantless (tenant_mode='none'): do not pass tenant_id"
+                )
+            return TENANTLESS
+        if not isinstance(tenant_id, str) or not tenant_id:
+            raise InvalidTenant("tenant_mode='required': pass a non-empty tenant_id")
+        return Tenant(tenant_id)
+
+    # -- graphs ------------------------------------------------------------------------------
+
+    async def save_graph(self, graph: Graph, *, tenant_id: str | None = None) -> GraphRef:
+        """Compile ``graph`` with this Docket's nodes and publish its effective document.
+
+        Idempotent (the same content gives the same reference). A graph with error
+        diagnostics raises :class:`~docket.errors.InvalidGraph` and stores nothing.
+        """
+        owner = self._owner(tenant_id)
+        self._ready()
+        if not isinstance(graph, Graph):
+            raise InvalidGraph(
+                f"save_graph expects a docket Graph, got {type(graph).__name__}",
+                details={"diagnostics": []},
+            )
+        result = compile_graph(graph, self.nodes, max_supersteps=self.settings.max_supersteps)
+        if not result.ok or result.effective is None or result.graph_hash is None:
+            diagnostics: list[JSONValue] = [d.to_dict() for d in result.errors]
+            raise InvalidGraph(
+                f"graph {graph.id!r} does not compile: "
+                + "; ".join(str(d) for d in result.errors[:5]),
+                details={"diagnostics": diagnostics},
+            )
+        ref = GraphRef(result.effective.id, result.graph_hash)
+        document = effective_document(result.effective)
+        saved: GraphSaveResult = await commit(
+            functools.partial(self.backend.graphs.save_graph, owner, ref, document),
+            self._policy,
+            what=f"save of graph {ref.graph_id}",
+        )
+        if not isinstance(saved, GraphVersion):
+            raise from_contract(saved, subject=f"graph {ref.graph_id}")
+        return saved.ref
+
+    async def fetch_graph(self, ref: GraphRef, *, tenant_id: str | None = None) -> Graph:
+        """The stored effective graph of ``ref``."""
+        owner = self._owner(tenant_id)
+        self._ready()
+        _check_ref(ref)
+        document = await self.backend.graphs.fetch_graph(owner, ref)
+        if isinstance(document, NotFound | CorruptGraph):
+            raise from_contract(document, subject=f"{ref.graph_id} ({ref.graph_hash[:12]})")
+        try:
+            return graph_from_effective_document(document)
+        except GraphLoadError as exc:
+            raise CorruptData(f"the stored graph {ref.graph_id} cannot be decoded: {exc}") from None
+
+    async def latest_graph_ref(self, graph_id: str, *, tenant_id: str | None = None) -> GraphRef:
+        """The most recently published version of ``graph_id``."""
+        owner = self._owner(tenant_id)
+        self._ready()
+        if not isinstance(graph_id, str) or not graph_id:
+            raise InvalidOptions("graph_id must be a non-empty string")
+        found = await self.backend.graphs.fetch_latest_graph_ref(owner, graph_id)
+        if isinstance(found, NotFound):
+            raise from_contract(found, subject=repr(graph_id))
+        return found
+
+    async def list_graph_versions(
+        self,
+        graph_id: str,
+        *,
+        limit: int = 100,
+        before: GraphVersionCursor | None = None,
+        tenant_id: str | None = None,
+    ) -> GraphVersionPage:
+        """Published versions of ``graph_id``, newest first (``next_before`` pages on)."""
+        owner = self._owner(tenant_id)
+        self._ready()
+        if not isinstance(graph_id, str) or not graph_id:
+            raise InvalidOptions("graph_id must be a non-empty string")
+        _check_limit(limit)
+        if before is not None and not isinstance(before, GraphVersionCursor):
+            raise InvalidOptions("before must be a GraphVersionCursor (a page's next_before)")
+        query = GraphListQuery(limit=limit, before=before)
+        return await self.backend.graphs.list_graph_versions(owner, graph_id, query)
+
+    async def _ref(self, owner: OwnerScope, graph: GraphRef | str) -> GraphRef:
+        if isinstance(graph, str):
+            if not graph:
+                raise InvalidOptions("a graph id must be a non-empty string")
+            found = await self.backend.graphs.fetch_latest_graph_ref(owner, graph)
+            if isinstance(found, NotFound):
+                raise from_contract(found, subject=repr(graph))
+            return found
+        _check_ref(graph)
+        return graph
+
+    async def _runtime_graph(self, owner: OwnerScope, ref: GraphRef) -> RuntimeGraph:
+        compiled = await self._describe.get(owner, ref)
+        if isinstance(compiled, RuntimeGraph):
+            return compiled
+        about = f"{ref.graph_id} ({ref.graph_hash[:12]})"
+        match compiled:
+            case GraphProblem(kind="missing"):
+                raise NotFoundError(f"no such graph {about}", details={"what": "graph"})
+            case GraphProblem(kind="mismatch"):
+                raise GraphMismatch(compiled.message, details=compiled.details())
+            case GraphProblem(kind="corrupt"):
+                raise CorruptData(compiled.message)
+        raise InvalidGraph(compiled.message, details=compiled.details())
+
+    # -- runs: writes ------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        graph: GraphRef | str,
+        input: Mapping[str, object] | None = None,
+        *,
+        run_id: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+        tenant_id: str | None = None,
+    ) -> Run:
+        """Start a run of ``graph`` (a reference, or a graph id meaning its latest version).
+
+        Returns the initialized run (``running``, checkpoint 1) once it is durably
+        committed; a worker takes it from there. Raises ``InvalidInput`` (input or
+        metadata), ``GuardEvaluationFailed``, ``IncompatibleExecutionPolicy`` (a node
+        timeout above this host's maximum), ``NotFound`` (graph) or ``Conflict`` (the run
+        id is taken) without writing anything.
+        """
+        owner = self._owner(tenant_id)
+        self._ready()
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise InvalidOptions("run_id must be a non-empty string")
+        if input is not None and not isinstance(input, Mapping):
+            raise InvalidInput(
+                "the run input must be a map",
+                phase="init",
+                details={"reasons": [f"expected a map, got {type(input).__name__}"]},
+            )
+        meta = _durable_metadata(metadata)
+        ref = await self._ref(owner, graph)
+        rtg = await self._runtime_graph(owner, ref)
+        incompatible = check_execution_policy(rtg, host_limits(self.settings))
+        if incompatible is not None:
+            raise from_core(incompatible)
+        now = await self.backend.now()
+        created = build_initial_run(
+            rtg, input, run_id=run_id or self._ids("run"), now=now, metadata=meta
+        )
+        moment = initialize(rtg, created, now=now)
+        if isinstance(moment, CoreError):
+            raise from_core(moment)
+        assert not isinstance(moment, Terminated)  # a created run is never terminal
+        proposal = init_proposal(moment, transition_id=self._ids("transition"))
+        stored: TransitionResult = await commit(
+            functools.partial(self.backend.transitions.initialize, owner, proposal, moment.events),
+            self._policy,
+            what=f"start of run {created.id}",
+        )
+        if not isinstance(stored, Run):
+            raise from_contract(stored, subject=f"run {created.id!r}")
+        self._deliver(moment, owner, "start")
+        return stored
+
+    def _deliver(self, moment: Moment, owner: OwnerScope, operation: Literal["start"]) -> None:
+        if self._observers:
+            context = CommitContext(tenant_id=tenant_id_of(owner), operation=operation)
+            self._observers.deliver(moment.checkpoint(), context)
+
+    async def resolve_interrupt(
+        self, run_id: str, interrupt_id: str, value: object, *, tenant_id: str | None = None
+    ) -> Run:
+        """Answer an open interrupt; returns the committed run (``running`` again).
+
+        Raises ``NotFound`` (run or interrupt), ``AlreadyResolved``, ``InactiveRun``,
+        ``InvalidInput`` (the value fails the interrupt's schema or the resume field), or
+        ``StaleCheckpoint`` if the run kept moving through every evaluation.
+        """
+        owner = self._owner(tenant_id)
+        self._ready()
+        _check_id("run_id", run_id)
+        _check_id("interrupt_id", interrupt_id)
+        current = await self._fetch(owner, run_id)
+        rtg = await self._runtime_graph(owner, GraphRef(current.graph_id, current.graph_hash))
+        return await self._signal(
+            owner,
+            run_id,
+            lambda run, now: resolve_interrupt(rtg, run, interrupt_id, value, now=now),
+        )
+
+    async def cancel_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
+        """Cancel a running or waiting run (a cancelled one comes back unchanged).
+
+        Node code already running is not interrupted; its results can no longer commit.
+        Raises ``NotFound`` or ``InactiveRun`` (done or failed).
+        """
+        owner = self._owner(tenant_id)
+        self._ready()
+        _check_id("run_id", run_id)
+        return await self._signal(owner, run_id, lambda run, now: cancel_run(run, now=now))
+
+    async def _signal(
+        self,
+        owner: OwnerScope,
+        run_id: str,
+        mutate: Mutation,
+    ) -> Run:
+        result = await signal(
+            self.backend,
+            owner,
+            run_id,
+            mutate,
+            ids=self._ids,
+            policy=self._policy,
+            attempts=self.settings.signal_attempts,
+            observers=self._observers,
+        )
+        if isinstance(result, SignalResult):
+            return result.run
+        if isinstance(result, CoreError):
+            raise from_core(result)
+        raise from_contract(result, subject=f"run {run_id!r}")
+
+    async def retry_poisoned_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
+        """Make a poisoned run due again (its claim counters reset); a healthy run is
+        returned unchanged. Raises ``NotFound`` or ``InactiveRun``."""
+        owner = self._owner(tenant_id)
+        self._ready()
+        _check_id("run_id", run_id)
+        answer = await self.backend.runs.retry_poisoned_run(owner, run_id)
+        if isinstance(answer, NotFound | InactiveRun):
+            raise from_contract(answer, subject=f"run {run_id!r}")
+        return answer
+
+    # -- runs: reads -------------------------------------------------------------------------
+
+    async def _fetch(self, owner: OwnerScope, run_id: str) -> Run:
+        found = await self.backend.runs.fetch_run(owner, run_id)
+        if isinstance(found, NotFound):
+            raise from_contract(found, subject=repr(run_id))
+        return found
+
+    async def fetch_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
+        """The last committed run document."""
+        owner = self._owner(tenant_id)
+        self._ready()
+        _check_id("run_id", run_id)
+        return await self._fetch(owner, run_id)
+
+    async def inspect_run(self, run_id: str, *, tenant_id: str | None = None) -> RunInfo:
+        """The run plus its operational facts (wake, claim, poison)."""
+        owner = self._owner(tenant_id)
+        self._ready()
+        _check_id("run_id", run_id)
+        found = await self.backend.runs.inspect_run(owner, run_id)
+        if isinstance(found, NotFound):
+            raise from_contract(found, subject=repr(run_id))
+        return found
+
+    async def await_run(
+        self,
+        run_id: str,
+        *,
+        timeout: float,
+        poll_interval: float = DEFAULT_AWAIT_POLL,
+        tenant_id: str | None = None,
+    ) -> Run:
+        """Wait until the run is ``waiting`` or finished, and return it.
+
+        Raises ``RunPoisoned`` as soon as the run is poisoned, ``AwaitTimeout`` after
+        ``timeout`` seconds (``0`` looks exactly once), ``NotFound``.
+        """
+        owner = self._owner(tenant_id)
+        self._ready()
+        _check_id("run_id", run_id)
+        if not _seconds_ok(timeout, zero=True):
+            raise InvalidOptions(f"timeout must be >= 0 seconds, got {timeout!r}")
+        if not _seconds_ok(poll_interval, zero=False):
+            raise InvalidOptions(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
+        deadline = time.monotonic() + timeout
+        while True:
+            info = await self.backend.runs.inspect_run(owner, run_id)
+            if isinstance(info, NotFound):
+                raise from_contract(info, subject=repr(run_id))
+            if info.poisoned:
+                raise RunPoisoned(
+                    f"run {run_id!r} is poisoned ({info.poison_reason})",
+                    info,
+                    details={"poison_reason": info.poison_reason},
+                )
+            if info.run.status is RunStatus.WAITING or info.run.status.terminal:
+                return info.run
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AwaitTimeout(
+                    f"run {run_id!r} is still {info.run.status} after {timeout} s",
+                    details={"status": str(info.run.status)},
+                )
+            await asyncio.sleep(min(poll_interval, remaining))
+
+    async def list_runs(
+        self,
+        *,
+        limit: int = 100,
+        before: RunCursor | None = None,
+        status: RunStatus | str | Iterable[RunStatus | str] | None = None,
+        graph_id: str | None = None,
+        graph_hash: str | None = None,
+        tenant_id: str | None = None,
+        all_tenants: bool = False,
+    ) -> RunPage:
+        """Run summaries, newest first by ``(started_at, id)``; ``next_before`` pages on.
+
+        ``all_tenants=True`` lists every tenant's runs (an operator view; it cannot be
+        combined with ``tenant_id``).
+        """
+        scope: Scope
+        if all_tenants:
+            if tenant_id is not None:
+                raise InvalidTenant("all_tenants=True lists every tenant: drop tenant_id")
+            scope = SYSTEM
+        else:
+            scope = self._owner(tenant_id)
+        self._ready()
+        _check_limit(limit)
+        if before is not None and not isinstance(before, RunCursor):
+            raise InvalidOptions("before must be a RunCursor (a page's next_before)")
+        for name, value in (("graph_id", graph_id), ("graph_hash", graph_hash)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InvalidOptions(f"{name} must be a non-empty string")
+        query = RunListQuery(
+            limit=limit,
+            before=before,
+            graph_id=graph_id,
+            graph_hash=graph_hash,
+            statuses=_statuses(status),
+        )
+        return await self.backend.runs.list_runs(scope, query)
+
+    async def list_events(
+        self,
+        run_id: str,
+        *,
+        after_seq: int = 0,
+        limit: int = 250,
+        tenant_id: str | None = None,
+    ) -> EventPage:
+        """One page of the run's events after ``after_seq``, ascending."""
+        owner = self._owner(tenant_id)
+        self._ready()
+        _check_id("run_id", run_id)
+        _check_limit(limit)
+        if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
+            raise InvalidOptions(f"after_seq must be an integer >= 0, got {after_seq!r}")
+        page = await self.backend.events.list_events(
+            owner, run_id, EventListQuery(after_seq=after_seq, limit=limit)
+        )
+        if isinstance(page, NotFound | CorruptEventRow):
+            raise from_contract(page, subject=f"run {run_id!r}")
+        return page
+
+    async def history(self, run_id: str, *, tenant_id: str | None = None) -> tuple[Event, ...]:
+        """Every retained event of the run, ascending (pages through :meth:`list_events`)."""
+        events: list[Event] = []
+        after = 0
+        while True:
+            page = await self.list_events(
+                run_id, after_seq=after, limit=_MAX_PAGE, tenant_id=tenant_id
+            )
+            events.extend(page.events)
+            if not page.has_more:
+                return tuple(events)
+            after = page.next_after_seq
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def worker(self, *, concurrency: int | None = None, name: str = "worker") -> Worker:
+        """A worker over this Docket (not started): ``async with docket.worker(): ...``.
+
+        Stopped by :meth:`close` if still running."""
+        self._ready()
+        settings = self.settings
+        if concurrency is not None:
+            settings = attrs.evolve(settings, concurrency=concurrency).validate()
+        worker = Worker(
+            self.backend, self._drainer, settings, on_poisoned=self._on_poisoned, name=name
+        )
+        self._workers.append(worker)
+        return worker
+
+    async def run_worker(
+        self, *, concurrency: int | None = None, stop: asyncio.Event | None = None
+    ) -> WorkerStats:
+        """Run a worker until ``stop`` is set (or this task is cancelled), then shut it
+        down gracefully; returns its counters."""
+        worker = self.worker(concurrency=concurrency)
+        worker.start()
+        try:
+            if stop is None:
+                await asyncio.Event().wait()
+            else:
+                await stop.wait()
+        finally:
+            await asyncio.shield(worker.stop())
+        return worker.stats
+
+    async def drain_due(self, *, max_runs: int = 100) -> DrainSummary:
+        """Claim and drain due runs one at a time, in the caller, until none is due (or
+        ``max_runs`` drains happened). For scripts and tests that want no background
+        worker; a run parked on a future timer is not waited for."""
+        self._ready()
+        if not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 1:
+            raise InvalidOptions(f"max_runs must be a positive integer, got {max_runs!r}")
+        outcomes: list[DrainOutcome] = []
+        poisoned: list[PoisonedClaim] = []
+        settings = self.settings
+        while len(outcomes) < max_runs:
+            policy = ClaimPolicy(
+                limit=1,
+                orphan_ttl=timedelta(seconds=settings.claim_ttl),
+                max_claim_attempts=settings.max_claim_attempts,
+            )
+            batch = await self.backend.runs.claim_due(policy)
+            if isinstance(batch, Retryable):
+                await asyncio.sleep(settings.commit_backoff)
+                continue
+            if not isinstance(batch, ClaimBatch):
+                raise from_contract(batch, subject="claim_due")
+            poisoned.extend(batch.poisoned)
+            if not batch.leases:
+                if batch.poisoned:
+                    continue
+                return DrainSummary(
+                    outcomes=tuple(outcomes), poisoned=tuple(poisoned), limit_reached=False
+                )
+            for lease in batch.leases:
+                outcomes.append(await self._drainer.drain(lease))
+        return DrainSummary(outcomes=tuple(outcomes), poisoned=tuple(poisoned), limit_reached=True)
+
+    @property
+    def graph_cache(self) -> GraphCache:
+        """The executing graph cache (counters ``fetches``/``compiles``; for tests)."""
+        return self._execute
+
+
+# -- argument checks --------------------------------------------------------------------------
+
+
+def _backend(backend: str | Backend, options: Mapping[str, object] | None) -> tuple[Backend, bool]:
+    if isinstance(backend, str):
+        try:
+            return from_url(backend, **dict(options or {})), True
+        except (UnknownBackend, ValueError, TypeError) as exc:
+            raise InvalidBackend(str(exc)) from None
+    if options:
+        raise InvalidBackend("backend_options apply only to a backend given as a URL")
+    return backend, False
+
+
+def _check_ref(ref: object) -> None:
+    if (
+        not isinstance(ref, GraphRef)
+        or not isinstance(ref.graph_id, str)
+        or not isinstance(ref.graph_hash, str)
+        or not ref.graph_id
+        or not ref.graph_hash
+    ):
+        raise InvalidOptions(f"expected a GraphRef with a graph id and hash, got {ref!r}")
+
+
+def _check_id(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidOptions(f"{name} must be a non-empty string, got {value!r}")
+
+
+def _check_limit(limit: object) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= _MAX_PAGE:
+        raise InvalidOptions(f"limit must be an integer from 1 to {_MAX_PAGE}, got {limit!r}")
+
+
+def _seconds_ok(value: object, *, zero: bool) -> bool:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
+        return False
+    return value >= 0 if zero else value > 0
+
+
+def _statuses(
+    status: RunStatus | str | Iterable[RunStatus | str] | None,
+) -> frozenset[RunStatus] | None:
+    if status is None:
+        return None
+    given: list[object] = [status] if isinstance(status, str) else list(status)
+    if not given:
+        raise InvalidOptions("status must name at least one status")
+    out: set[RunStatus] = set()
+    for item in given:
+        try:
+            parsed = RunStatus(item) if isinstance(item, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is None or parsed not in DURABLE_STATUSES:
+            names = ", ".join(sorted(s.value for s in DURABLE_STATUSES))
+            raise InvalidOptions(f"unknown run status {item!r} (one of {names})")
+        out.add(parsed)
+    return frozenset(out)
+
+
+def _durable_metadata(metadata: Mapping[str, object] | None) -> JSONDict:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidInput(
+            "run metadata must be a map", details={"reasons": ["metadata is not a map"]}
+        )
+    try:
+        value = coerce_durable(metadata, "metadata")
+    except NonDurableValue as exc:
+        raise InvalidInput(
+            "run metadata is not durable", details={"reasons": list(exc.reasons)}
+        ) from None
+    assert isinstance(value, dict)
+    return value
+
+
+# -- the blocking twin ------------------------------------------------------------------------
+
+
+class _LoopThread:
+    """One event loop running forever in a daemon thread; coroutines are submitted to it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="docket-sync-loop", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a SyncDocket cannot be called from its own event loop")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        async def cancel_rest() -> None:
+            current = asyncio.current_task()
+            rest = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+            for task in rest:
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+            await self.loop.shutdown_asyncgens()
+
+        if self.loop.is_closed():
+            return
+        asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop).result()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class SyncDocket:
+    """The blocking twin of :class:`Docket`, for scripts and REPLs.
+
+    It owns an event loop in a background thread, so an in-process worker started with
+    :meth:`start_worker` keeps executing runs while your code blocks on other calls::
+
+        with SyncDocket("sqlite:///app.db", nodes=registry) as docket:
+            ref = docket.save_graph(graph)
+            docket.start_worker()
+            run = docket.start_run(ref, {"topic": "otters"})
+            print(docket.await_run(run.id, timeout=30).output)
+
+    Same arguments, methods and exceptions as :class:`Docket`.
+    """
+
+    def __init__(self, backend: str | Backend, **options: Any) -> None:
+        self.docket = Docket(backend, **options)
+        self._loop: _LoopThread | None = None
+        self._worker: Worker | None = None
+
+    def _call(self, make: Callable[[], Awaitable[_T]]) -> _T:
+        if self._loop is None:
+            raise RuntimeUnavailable("the SyncDocket is not open: use 'with SyncDocket(...)'")
+
+        async def run() -> _T:
+            return await make()
+
+        return self._loop.call(run())
+
+    def open(self) -> SyncDocket:
+        if self._loop is None:
+            self._loop = _LoopThread()
+            try:
+                self._call(self.docket.open)
+            except BaseException:
+                self._loop.stop()
+                self._loop = None
+                raise
+        return self
+
+    def close(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            loop.call(self.docket.close())
+        finally:
+            loop.stop()
+
+    def __enter__(self) -> SyncDocket:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def start_worker(self, *, concurrency: int | None = None) -> None:
+        """Start a worker on the background loop (one per SyncDocket)."""
+        if self._worker is not None and self._worker.running:
+            raise RuntimeError("this SyncDocket already runs a worker")
+
+        async def start() -> Worker:
+            worker = self.docket.worker(concurrency=concurrency)
+            worker.start()
+            return worker
+
+        self._worker = self._call(start)
+
+    def stop_worker(self) -> WorkerStats | None:
+        """Stop the worker gracefully; returns its counters (``None`` if none ran)."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return None
+        self._call(worker.stop)
+        return worker.stats
+
+    # -- the API -----------------------------------------------------------------------------
+
+    def save_graph(self, graph: Graph, *, tenant_id: str | None = None) -> GraphRef:
+        return self._call(lambda: self.docket.save_graph(graph, tenant_id=tenant_id))
+
+    def fetch_graph(self, ref: GraphRef, *, tenant_id: str | None = None) -> Graph:
+        return self._call(lambda: self.docket.fetch_graph(ref, tenant_id=tenant_id))
+
+    def latest_graph_ref(self, graph_id: str, *, tenant_id: str | None = None) -> GraphRef:
+        return self._call(lambda: self.docket.latest_graph_ref(graph_id, tenant_id=tenant_id))
+
+    def list_graph_versions(
+        self,
+        graph_id: str,
+        *,
+        limit: int = 100,
+        before: GraphVersionCursor | None = None,
+        tenant_id: str | None = None,
+    ) -> GraphVersionPage:
+        return self._call(
+            lambda: self.docket.list_graph_versions(
+                graph_id, limit=limit, before=before, tenant_id=tenant_id
+            )
+        )
+
+    def start_run(
+        self,
+        graph: GraphRef | str,
+        input: Mapping[str, object] | None = None,
+        *,
+        run_id: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+        tenant_id: str | None = None,
+    ) -> Run:
+        return self._call(
+            lambda: self.docket.start_run(
+                graph, input, run_id=run_id, metadata=metadata, tenant_id=tenant_id
+            )
+        )
+
+    def resolve_interrupt(
+        self, run_id: str, interrupt_id: str, value: object, *, tenant_id: str | None = None
+    ) -> Run:
+        return self._call(
+            lambda: self.docket.resolve_interrupt(run_id, interrupt_id, value, tenant_id=tenant_id)
+        )
+
+    def cancel_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
+        return self._call(lambda: self.docket.cancel_run(run_id, tenant_id=tenant_id))
+
+    def retry_poisoned_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
+        return self._call(lambda: self.docket.retry_poisoned_run(run_id, tenant_id=tenant_id))
+
+    def fetch_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
+        return self._call(lambda: self.docket.fetch_run(run_id, tenant_id=tenant_id))
+
+    def inspect_run(self, run_id: str, *, tenant_id: str | None = None) -> RunInfo:
+        return self._call(lambda: self.docket.inspect_run(run_id, tenant_id=tenant_id))
+
+    def await_run(
+        self,
+        run_id: str,
+        *,
+        timeout: float,
+        poll_interval: float = DEFAULT_AWAIT_POLL,
+        tenant_id: str | None = None,
+    ) -> Run:
+        return self._call(
+            lambda: self.docket.await_run(
+                run_id, timeout=timeout, poll_interval=poll_interval, tenant_id=tenant_id
+            )
+        )
+
+    def list_runs(
+        self,
+        *,
+        limit: int = 100,
+        before: RunCursor | None = None,
+        status: RunStatus | str | Iterable[RunStatus | str] | None = None,
+        graph_id: str | None = None,
+        graph_hash: str | None = None,
+        tenant_id: str | None = None,
+        all_tenants: bool = False,
+    ) -> RunPage:
+        return self._call(
+            lambda: self.docket.list_runs(
+                limit=limit,
+                before=before,
+                status=status,
+                graph_id=graph_id,
+                graph_hash=graph_hash,
+                tenant_id=tenant_id,
+                all_tenants=all_tenants,
+            )
+        )
+
+    def list_events(
+        self,
+        run_id: str,
+        *,
+        after_seq: int = 0,
+        limit: int = 250,
+        tenant_id: str | None = None,
+    ) -> EventPage:
+        return self._call(
+            lambda: self.docket.list_events(
+                run_id, after_seq=after_seq, limit=limit, tenant_id=tenant_id
+            )
+        )
+
+    def history(self, run_id: str, *, tenant_id: str | None = None) -> tuple[Event, ...]:
+        return self._call(lambda: self.docket.history(run_id, tenant_id=tenant_id))
+
+    def drain_due(self, *, max_runs: int = 100) -> DrainSummary:
+        return self._call(lambda: self.docket.drain_due(max_runs=max_runs))

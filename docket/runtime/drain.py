@@ -1,0 +1,407 @@
+"""Draining one lease: advance, execute, settle and commit a claimed run until it parks.
+
+A worker hands each lease it claims to :meth:`Drainer.drain`, which is the inline
+runner's loop (``docket.testing``) with a store and a claim:
+
+1. read the run in the lease's scope; if its checkpoint moved since the claim (a signal
+   committed in between), the fence is lost: hand the claim back and stop;
+2. get the compiled graph (fetched and compiled once per process); a graph this process
+   cannot use is handed back with ``abandon_claim`` — after a pause, poisoning the run
+   after too many hand-backs; a graph whose node timeouts exceed this host's maximum is
+   handed back *without* poisoning, with a growing pause, for a worker that allows them;
+3. loop: ``advance`` (the first time with ``resume_floor = lease.claimed_at``, so a run
+   claimed exactly at its timer counts as due), execute the node work, ``settle``, and
+   commit the moment under the claim token. A ``Continue`` moment keeps the claim and
+   the loop goes on; any ``Park`` releases the claim with its wake and ends the drain.
+   Retry backoffs are never slept here: the retry park is committed and the run comes
+   back when its timer is due;
+4. a moment that leaves the run runnable is committed as a yield (``Park(Immediate)``)
+   once the drain has made ``drain_max_moments`` commits or worked
+   ``drain_max_seconds``, or when the worker is shutting down, so one endless run cannot
+   monopolise a slot;
+5. nothing due yet (clock skew, a claim that raced a timer) is a *deferral*: the claim is
+   abandoned with the timer as the next wake, without counting towards poisoning.
+
+While the drain holds the claim a **heartbeat** refreshes it every ``claim_ttl / 3``, so a
+node that runs longer than the TTL is never taken over while its worker lives. If the
+refresh answers ``ClaimLost`` (the run was cancelled, or the claim was taken over after
+this process stalled), node work in flight is cancelled and nothing is committed.
+
+Time: every decision and every timestamp uses the store's clock (``backend.now()``), the
+same clock ``claim_due`` compares wakes with. Durations (budgets, heartbeat pauses) use
+the monotonic clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Literal, TypeAlias
+
+import attrs
+
+from docket.contract.errors import (
+    ClaimLost,
+    NotFound,
+    Poisoned,
+    Rescheduled,
+    StaleAbandon,
+    StaleCheckpoint,
+)
+from docket.contract.proposals import AbandonPolicy, Backoff, Lease
+from docket.contract.protocols import Backend
+from docket.core.advance import advance
+from docket.core.errors import CoreError
+from docket.core.moment import (
+    Continue,
+    Moment,
+    NotDue,
+    Park,
+    Terminated,
+    Wait,
+    wake_name,
+    yield_moment,
+)
+from docket.core.outcomes import TaskOutcome, describe_exception
+from docket.core.plan import Dispatch, HostLimits, check_execution_policy
+from docket.core.proposals import claimed_proposal
+from docket.core.settle import settle
+from docket.graph.compiler import RuntimeGraph
+from docket.records import GraphRef, Run, RunStatus, tenant_id_of
+from docket.runtime.execute import execute
+from docket.runtime.graphs import GraphCache, GraphProblem
+from docket.runtime.lifecycle import CommitContext, CommitPolicy, Ids, Observers, commit
+from docket.settings import Settings
+
+__all__ = ["DrainOutcome", "Drainer", "Heartbeat", "OutcomeKind", "host_limits"]
+
+log = logging.getLogger("docket.worker")
+
+OutcomeKind: TypeAlias = Literal[
+    "parked",  # committed up to a park (detail: immediate, at, external, terminal)
+    "fence_lost",  # a signal committed between the claim and the read
+    "claim_lost",  # the heartbeat found the claim gone; nothing was committed
+    "discarded",  # a commit was refused (detail: the error); the claim was handed back
+    "abandoned",  # the graph cannot be used here; handed back (detail: outcome)
+    "host_incompatible",  # node timeouts above this host's maximum; handed back, no poison
+    "deferred",  # nothing due yet; handed back with the timer as wake, no poison
+    "stopped",  # the worker is shutting down; claim released before any work
+    "invariant",  # the claimed run cannot be advanced (a bug); claim released
+    "crashed",  # an unexpected exception; claim released if possible
+]
+
+
+@attrs.frozen(kw_only=True)
+class DrainOutcome:
+    """How one drain ended, and how many moments it committed."""
+
+    kind: OutcomeKind
+    run_id: str
+    commits: int = 0
+    detail: str = ""
+    yielded: bool = False
+
+
+def host_limits(settings: Settings) -> HostLimits:
+    return HostLimits(
+        max_supersteps=settings.max_supersteps,
+        max_attempt_ms=settings.max_attempt_ms,
+        default_timeout_ms=settings.node_timeout_ms,
+    )
+
+
+class Heartbeat:
+    """Refreshes one claim every ``interval`` seconds until stopped or the claim is lost."""
+
+    def __init__(self, backend: Backend, lease: Lease, interval: float) -> None:
+        self._backend = backend
+        self._lease = lease
+        self._interval = interval
+        self.lost = asyncio.Event()
+        self.refreshes = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _beat(self) -> None:
+        lease = self._lease
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                answer = await self._backend.runs.refresh_claim(
+                    lease.owner, lease.run_id, lease.claim_token
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # transient: the next beat tries again
+                log.warning("refreshing the claim on %s failed: %s", lease.run_id, exc)
+                continue
+            if isinstance(answer, ClaimLost):
+                log.info("claim on run %s was lost; stopping its drain", lease.run_id)
+                self.lost.set()
+                return
+            self.refreshes += 1
+
+
+class Drainer:
+    """Drains leases: everything a worker needs besides claiming."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        graphs: GraphCache,
+        settings: Settings,
+        *,
+        ids: Ids,
+        observers: Observers | None = None,
+        application: Mapping[str, object] | None = None,
+    ) -> None:
+        self._backend = backend
+        self._graphs = graphs
+        self._settings = settings
+        self._ids = ids
+        self._observers = observers or Observers()
+        self._application = dict(application or {})
+        self._limits = host_limits(settings)
+        self._policy = CommitPolicy(
+            attempts=settings.commit_attempts, backoff=settings.commit_backoff
+        )
+
+    async def drain(
+        self, lease: Lease, *, stopping: Callable[[], bool] = lambda: False
+    ) -> DrainOutcome:
+        """Drain ``lease``; never raises for what the run, its graph or the store do."""
+        heartbeat = Heartbeat(self._backend, lease, self._settings.heartbeat_interval)
+        heartbeat.start()
+        try:
+            return await self._drain(lease, heartbeat, stopping)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("draining run %s crashed", lease.run_id)
+            await self._release(lease)
+            return DrainOutcome(kind="crashed", run_id=lease.run_id, detail=describe_exception(exc))
+        finally:
+            await heartbeat.stop()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def _drain(
+        self, lease: Lease, heartbeat: Heartbeat, stopping: Callable[[], bool]
+    ) -> DrainOutcome:
+        run_id = lease.run_id
+        if stopping():
+            await self._release(lease)
+            return DrainOutcome(kind="stopped", run_id=run_id)
+        fetched = await self._backend.runs.fetch_run(lease.owner, run_id)
+        if isinstance(fetched, NotFound):
+            await self._release(lease)
+            return DrainOutcome(kind="invariant", run_id=run_id, detail="the run is gone")
+        if fetched.checkpoint_seq != lease.checkpoint_seq:
+            await self._release(lease)
+            return DrainOutcome(kind="fence_lost", run_id=run_id)
+        if fetched.status is not RunStatus.RUNNING:
+            await self._release(lease)
+            return DrainOutcome(
+                kind="invariant", run_id=run_id, detail=f"claimed run is {fetched.status}"
+            )
+        rtg = await self._graphs.get(lease.owner, GraphRef(fetched.graph_id, fetched.graph_hash))
+        if isinstance(rtg, GraphProblem):
+            return await self._abandon_unusable(lease, rtg)
+        incompatible = check_execution_policy(rtg, self._limits)
+        if incompatible is not None:
+            return await self._abandon_incompatible(lease, incompatible.message)
+        return await self._advance(lease, rtg, fetched, heartbeat, stopping)
+
+    async def _advance(
+        self,
+        lease: Lease,
+        rtg: RuntimeGraph,
+        run: Run,
+        heartbeat: Heartbeat,
+        stopping: Callable[[], bool],
+    ) -> DrainOutcome:
+        settings = self._settings
+        started = time.monotonic()
+        commits = 0
+        floor: datetime | None = lease.claimed_at
+        while True:
+            if heartbeat.lost.is_set():
+                return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
+            now = await self._backend.now()
+            step = advance(rtg, run, now=now, limits=self._limits, resume_floor=floor)
+            floor = None
+            if isinstance(step, Dispatch):
+                outcomes = await self._execute(rtg, step, heartbeat, now)
+                if outcomes is None:
+                    return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
+                step = settle(rtg, step, outcomes, now=await self._backend.now(), ids=self._ids)
+            match step:
+                case CoreError() | Terminated() | Wait():
+                    await self._release(lease)
+                    return DrainOutcome(
+                        kind="invariant",
+                        run_id=run.id,
+                        commits=commits,
+                        detail=f"a claimed run cannot advance: {step!r}"[:500],
+                    )
+                case NotDue(resume_at=resume_at):
+                    return await self._defer(lease, run, resume_at, commits)
+                case Moment():
+                    moment = step
+            yielded = False
+            if isinstance(moment.disposition, Continue) and (
+                commits + 1 >= settings.drain_max_moments
+                or time.monotonic() - started >= settings.drain_max_seconds
+                or stopping()
+            ):
+                rewritten = yield_moment(moment)
+                assert isinstance(rewritten, Moment), rewritten  # a continue moment yields
+                moment, yielded = rewritten, True
+            if heartbeat.lost.is_set():
+                return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
+            proposal = claimed_proposal(
+                moment, run.checkpoint_seq, lease.claim_token, transition_id=self._ids("transition")
+            )
+            send = functools.partial(
+                self._backend.transitions.commit_claimed, lease.owner, proposal, moment.events
+            )
+            stored = await commit(send, self._policy, what=f"commit of run {run.id}")
+            if not isinstance(stored, Run):
+                await self._release(lease)
+                if isinstance(stored, StaleCheckpoint):
+                    log.info("run %s moved on under another holder; stopping", run.id)
+                else:
+                    log.error("commit of run %s refused: %r", run.id, stored)
+                detail = type(stored).__name__
+                return DrainOutcome(kind="discarded", run_id=run.id, commits=commits, detail=detail)
+            commits += 1
+            if self._observers:
+                context = CommitContext(tenant_id=tenant_id_of(lease.owner), operation="moment")
+                self._observers.deliver(moment.checkpoint(), context)
+            run = stored
+            if isinstance(moment.disposition, Park):
+                return DrainOutcome(
+                    kind="parked",
+                    run_id=run.id,
+                    commits=commits,
+                    detail=wake_name(moment.disposition),
+                    yielded=yielded,
+                )
+
+    async def _execute(
+        self, rtg: RuntimeGraph, dispatch: Dispatch, heartbeat: Heartbeat, now: datetime
+    ) -> tuple[TaskOutcome, ...] | None:
+        """Run the node work; ``None`` when the claim was lost first (work cancelled)."""
+        work = asyncio.ensure_future(
+            execute(rtg, dispatch.activations, clock=lambda: now, application=self._application)
+        )
+        lost = asyncio.ensure_future(heartbeat.lost.wait())
+        try:
+            await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, lost):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(work, lost, return_exceptions=True)
+        if work.cancelled() or heartbeat.lost.is_set():
+            return None
+        return work.result()
+
+    # -- hand-backs ----------------------------------------------------------------------
+
+    async def _release(self, lease: Lease) -> None:
+        """Best effort: a lost token makes this a no-op, and an expired claim is recovered
+        by anyone anyway."""
+        try:
+            await self._backend.runs.release_claim(lease.owner, lease.run_id, lease.claim_token)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("releasing the claim on %s failed: %s", lease.run_id, exc)
+
+    async def _abandon(
+        self, lease: Lease, policy: Callable[[datetime], AbandonPolicy]
+    ) -> Rescheduled | Poisoned | StaleAbandon | None:
+        try:
+            return await self._backend.runs.abandon_claim(
+                lease.owner, lease.run_id, lease.claim_token, policy(await self._backend.now())
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("handing back run %s failed (%s); releasing it", lease.run_id, exc)
+            await self._release(lease)
+            return None
+
+    async def _abandon_unusable(self, lease: Lease, problem: GraphProblem) -> DrainOutcome:
+        settings = self._settings
+        base = settings.abandon_backoff
+
+        def policy(now: datetime) -> AbandonPolicy:
+            pause = timedelta(seconds=base + random.uniform(0, base))
+            return AbandonPolicy(
+                expected_checkpoint_seq=lease.checkpoint_seq,
+                retry_at=now + pause,
+                max_claim_abandons=settings.max_claim_abandons,
+            )
+
+        answer = await self._abandon(lease, policy)
+        log.warning("run %s handed back: %s (%s)", lease.run_id, problem.message, _name(answer))
+        return DrainOutcome(
+            kind="abandoned", run_id=lease.run_id, detail=f"{_name(answer)}: {problem.message}"
+        )
+
+    async def _abandon_incompatible(self, lease: Lease, message: str) -> DrainOutcome:
+        settings = self._settings
+        backoff = Backoff(
+            base=timedelta(seconds=settings.incompatible_backoff),
+            cap=timedelta(seconds=settings.incompatible_backoff_cap),
+        )
+
+        def policy(now: datetime) -> AbandonPolicy:
+            return AbandonPolicy(
+                expected_checkpoint_seq=lease.checkpoint_seq,
+                retry_at=now + backoff.base,
+                max_claim_abandons=settings.max_claim_abandons,
+                non_poisoning=True,
+                backoff=backoff,
+            )
+
+        answer = await self._abandon(lease, policy)
+        log.warning("run %s handed back: %s (%s)", lease.run_id, message, _name(answer))
+        return DrainOutcome(
+            kind="host_incompatible", run_id=lease.run_id, detail=f"{_name(answer)}: {message}"
+        )
+
+    async def _defer(
+        self, lease: Lease, run: Run, resume_at: datetime, commits: int
+    ) -> DrainOutcome:
+        def policy(now: datetime) -> AbandonPolicy:
+            return AbandonPolicy(
+                expected_checkpoint_seq=run.checkpoint_seq,
+                retry_at=max(resume_at, now),
+                max_claim_abandons=self._settings.max_claim_abandons,
+                non_poisoning=True,
+            )
+
+        answer = await self._abandon(lease, policy)
+        return DrainOutcome(kind="deferred", run_id=run.id, commits=commits, detail=_name(answer))
+
+
+def _name(answer: object) -> str:
+    return "released" if answer is None else type(answer).__name__.lower()

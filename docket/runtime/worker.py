@@ -1,0 +1,281 @@
+"""The worker: claims due runs in batches and drains them, a bounded number at a time.
+
+One dispatcher loop per worker:
+
+* **poll** — ``claim_due`` with ``limit = concurrency - in flight`` (the backend's clock
+  decides what is due: the policy's ``now`` is left ``None``). Expired claims of dead
+  workers are part of what ``claim_due`` takes, so recovery needs nothing special. With a
+  demand of one the preferred class alternates between ready and expired runs after each
+  successful poll, so neither can starve the other;
+* **launch** — one drain task per lease (:class:`~docket.runtime.drain.Drainer`);
+  candidates that ran out of claim attempts come back *poisoned* instead of leased: the
+  backend has already set them aside, the worker logs them and calls ``on_poisoned``;
+* **wait** — when the poll filled less than its demand, the dispatcher sleeps until the
+  backend announces work (``wait_for_work``: immediate within a process), a drain ends
+  (a slot is free), the worker is stopped, or the poll interval passes. The interval is
+  jittered between half and all of ``poll_interval`` so that processes sharing a store do
+  not poll in lock-step; it is measured from the *start* of the previous poll, so an idle
+  worker polls at least once per ``poll_interval``;
+* **stop** — :meth:`Worker.stop` stops claiming at once; drains in flight yield at their
+  next commit boundary (the run is committed as due-now and its claim released) and are
+  awaited up to ``shutdown_timeout``; whatever is still running then is cancelled and its
+  claim released, so another worker can take the run without waiting for the TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeAlias
+
+import attrs
+
+from docket.contract.proposals import ClaimBatch, ClaimClass, ClaimPolicy, Lease, PoisonedClaim
+from docket.contract.protocols import Backend
+from docket.runtime.drain import Drainer, DrainOutcome
+from docket.settings import Settings
+
+__all__ = ["PoisonHandler", "Worker", "WorkerStats"]
+
+log = logging.getLogger("docket.worker")
+
+#: Called with each run ``claim_due`` poisoned instead of leasing (sync or async).
+PoisonHandler: TypeAlias = Callable[[PoisonedClaim], Awaitable[None] | None]
+
+
+@attrs.define
+class WorkerStats:
+    """Counters of one worker, for tests, logs and dashboards."""
+
+    polls: int = 0
+    leases: int = 0
+    poisoned: int = 0
+    commits: int = 0
+    released_at_shutdown: int = 0
+    outcomes: Counter[str] = attrs.field(factory=Counter)
+    poisoned_runs: list[PoisonedClaim] = attrs.field(factory=list)
+
+
+class Worker:
+    """Claims and drains due runs until stopped. Use as ``async with worker: ...`` or call
+    :meth:`start` / :meth:`stop` (or await :meth:`run` in a task of your own)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        drainer: Drainer,
+        settings: Settings,
+        *,
+        on_poisoned: PoisonHandler | None = None,
+        name: str = "worker",
+    ) -> None:
+        self._backend = backend
+        self._drainer = drainer
+        self._settings = settings
+        self._on_poisoned = on_poisoned
+        self.name = name
+        self.stats = WorkerStats()
+        self._active: dict[asyncio.Task[DrainOutcome], Lease] = {}
+        self._stopping = False
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._preference = ClaimClass.READY
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._active)
+
+    def start(self) -> None:
+        """Start the dispatcher in a task of the running loop."""
+        if self._task is not None:
+            raise RuntimeError("this worker was started already")
+        self._task = asyncio.get_running_loop().create_task(self.run(), name=self.name)
+
+    def request_stop(self) -> None:
+        """Stop claiming; in-flight drains wind down (see :meth:`stop`)."""
+        self._stopping = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop claiming, let in-flight drains finish (up to ``shutdown_timeout``), cancel
+        and release the rest. Idempotent."""
+        self.request_stop()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def __aenter__(self) -> Worker:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- the dispatcher ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """The dispatcher loop; returns after a graceful shutdown (:meth:`request_stop`)."""
+        self._wake = asyncio.Event()
+        if self._stopping:
+            self._wake.set()
+        announced: asyncio.Task[bool] | None = None
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                if announced is None or announced.done():
+                    announced = asyncio.ensure_future(self._announced(self._pause()))
+                poll_started = time.monotonic()
+                demand = self._settings.concurrency - len(self._active)
+                filled = False
+                if demand > 0:
+                    filled = await self._poll(demand)
+                if filled and not self._stopping:
+                    await asyncio.sleep(0)  # more may be due: poll again, letting others run
+                    continue
+                await self._idle(announced, poll_started)
+        finally:
+            if announced is not None and not announced.done():
+                announced.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await announced
+            await self._shutdown()
+
+    def _pause(self) -> float:
+        interval = self._settings.poll_interval
+        return random.uniform(interval / 2, interval)
+
+    async def _announced(self, timeout: float) -> bool:
+        try:
+            return await self._backend.wait_for_work(timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("wait_for_work failed (%s); polling instead", exc)
+            await asyncio.sleep(timeout)
+            return False
+
+    async def _idle(self, announced: asyncio.Task[bool], poll_started: float) -> None:
+        assert self._wake is not None
+        if self._stopping:
+            return
+        woken = asyncio.ensure_future(self._wake.wait())
+        limit = max(0.0, poll_started + self._settings.poll_interval - time.monotonic())
+        try:
+            await asyncio.wait(
+                {announced, woken}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            if not woken.done():
+                woken.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await woken
+
+    async def _poll(self, demand: int) -> bool:
+        """One ``claim_due``; True when it filled the whole demand (more may be due)."""
+        settings = self._settings
+        policy = ClaimPolicy(
+            limit=demand,
+            orphan_ttl=_seconds(settings.claim_ttl),
+            max_claim_attempts=settings.max_claim_attempts,
+            preference=self._preference if demand == 1 else None,
+        )
+        self.stats.polls += 1
+        try:
+            batch = await self._backend.runs.claim_due(policy)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("claim_due failed: %s", exc)
+            return False
+        if not isinstance(batch, ClaimBatch):
+            log.info("claim_due answered %r; polling again later", batch)
+            return False
+        if demand == 1 and (batch.leases or batch.poisoned):
+            self._preference = (
+                ClaimClass.EXPIRED if self._preference is ClaimClass.READY else ClaimClass.READY
+            )
+        for poisoned in batch.poisoned:
+            await self._report_poisoned(poisoned)
+        for lease in batch.leases:
+            if self._stopping:
+                await self._release(lease)
+                continue
+            self._launch(lease)
+        return len(batch.leases) + len(batch.poisoned) >= demand
+
+    def _launch(self, lease: Lease) -> None:
+        self.stats.leases += 1
+        task = asyncio.get_running_loop().create_task(
+            self._drainer.drain(lease, stopping=lambda: self._stopping),
+            name=f"drain {lease.run_id}",
+        )
+        self._active[task] = lease
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[DrainOutcome]) -> None:
+        self._active.pop(task, None)
+        if not task.cancelled() and task.exception() is None:
+            outcome = task.result()
+            self.stats.outcomes[outcome.kind] += 1
+            self.stats.commits += outcome.commits
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _report_poisoned(self, poisoned: PoisonedClaim) -> None:
+        self.stats.poisoned += 1
+        self.stats.poisoned_runs.append(poisoned)
+        log.error(
+            "run %s was poisoned (%s): it is set aside until retry_poisoned_run",
+            poisoned.run_id,
+            poisoned.poison_reason,
+        )
+        if self._on_poisoned is None:
+            return
+        try:
+            result = self._on_poisoned(poisoned)
+            if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                await result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("on_poisoned failed for run %s", poisoned.run_id)
+
+    async def _release(self, lease: Lease) -> None:
+        try:
+            await self._backend.runs.release_claim(lease.owner, lease.run_id, lease.claim_token)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("releasing the claim on %s failed: %s", lease.run_id, exc)
+
+    async def _shutdown(self) -> None:
+        self._stopping = True
+        active = dict(self._active)
+        if not active:
+            return
+        _, late = await asyncio.wait(set(active), timeout=self._settings.shutdown_timeout)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.gather(*late, return_exceptions=True)
+        for task in late:
+            if task.cancelled():
+                self.stats.released_at_shutdown += 1
+                await self._release(active[task])
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)

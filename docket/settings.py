@@ -1,0 +1,175 @@
+"""Runtime settings: one frozen value, validated when a :class:`~docket.Docket` opens.
+
+Times are in seconds (floats). Every default is chosen for a production worker on the
+SQLite default backend; tests shorten the claim TTL and the poll interval.
+
+============================  ==========  ====================================================
+setting                       default     meaning
+============================  ==========  ====================================================
+``claim_ttl``                 30.0        a claim not refreshed for this long may be taken
+                                          over by another worker (recovery of a dead worker)
+``poll_interval``             1.0         longest pause between two ``claim_due`` polls of an
+                                          idle worker (each pause is jittered down to half)
+``concurrency``               10          runs one worker drains at the same time
+``node_timeout``              60.0        attempt timeout of a node that declares none
+``max_attempt_time``          3600.0      host maximum for any attempt; a node declaring more
+                                          is incompatible with this host
+``max_supersteps``            10000       host ceiling on supersteps (a graph may only lower
+                                          it)
+``max_claim_attempts``        5           claims without progress before a run is poisoned
+``max_claim_abandons``        5           hand-backs (unusable graph) before poisoning
+``drain_max_moments``         100         commits one drain makes before yielding the run
+``drain_max_seconds``         30.0        time one drain works before yielding the run
+``shutdown_timeout``          30.0        how long a stopping worker lets in-flight drains
+                                          finish before it cancels them and releases claims
+``commit_attempts``           5           tries of one proposal when the store answers
+                                          ``Retryable`` or fails with an unknown outcome
+``commit_backoff``            0.05        first pause between those tries (doubles each time)
+``signal_attempts``           4           evaluations of a signal (resolve, cancel) that keeps
+                                          losing the checkpoint race
+``abandon_backoff``           5.0         delay before a run whose graph cannot be used here
+                                          is offered again
+``incompatible_backoff``      30.0        first delay before a run whose node timeouts exceed
+                                          this host is offered again (doubles, capped below)
+``incompatible_backoff_cap``  3600.0      cap of that delay
+============================  ==========  ====================================================
+
+The recovery bound of a dead worker's run is ``claim_ttl + poll_interval`` (while some
+worker has a free slot); see ``docs/operations.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+import attrs
+
+from docket.errors import InvalidSettings
+from docket.values import JSONValue
+
+__all__ = ["DEFAULT_SETTINGS", "InvalidSettings", "Settings"]
+
+
+_SECONDS: Final = (
+    "claim_ttl",
+    "poll_interval",
+    "node_timeout",
+    "drain_max_seconds",
+    "commit_backoff",
+    "abandon_backoff",
+    "incompatible_backoff",
+    "incompatible_backoff_cap",
+)
+_COUNTS: Final = (
+    "concurrency",
+    "max_claim_attempts",
+    "max_claim_abandons",
+    "drain_max_moments",
+    "commit_attempts",
+    "signal_attempts",
+)
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    """How a runtime instance claims, executes and commits. See the module table."""
+
+    claim_ttl: float = 30.0
+    poll_interval: float = 1.0
+    concurrency: int = 10
+    node_timeout: float = 60.0
+    max_attempt_time: float | None = 3600.0
+    max_supersteps: int | None = 10_000
+    max_claim_attempts: int = 5
+    max_claim_abandons: int = 5
+    drain_max_moments: int = 100
+    drain_max_seconds: float = 30.0
+    shutdown_timeout: float = 30.0
+    commit_attempts: int = 5
+    commit_backoff: float = 0.05
+    signal_attempts: int = 4
+    abandon_backoff: float = 5.0
+    incompatible_backoff: float = 30.0
+    incompatible_backoff_cap: float = 3600.0
+
+    def problems(self) -> list[str]:
+        """Every reason these settings cannot run (empty when they can)."""
+        out: list[str] = []
+        for name in _SECONDS:
+            value = getattr(self, name)
+            if not _number(value) or not value > 0:
+                out.append(f"{name} must be a positive number of seconds, got {value!r}")
+        if not _number(self.shutdown_timeout) or self.shutdown_timeout < 0:
+            out.append(f"shutdown_timeout must be >= 0 seconds, got {self.shutdown_timeout!r}")
+        for name in _COUNTS:
+            value = getattr(self, name)
+            if not _integer(value) or value < 1:
+                out.append(f"{name} must be a positive integer, got {value!r}")
+        if self.max_supersteps is not None and (
+            not _integer(self.max_supersteps) or self.max_supersteps < 1
+        ):
+            out.append(
+                f"max_supersteps must be a positive integer or None, got {self.max_supersteps!r}"
+            )
+        if self.max_attempt_time is not None:
+            if not _number(self.max_attempt_time) or not self.max_attempt_time > 0:
+                out.append(
+                    "max_attempt_time must be a positive number of seconds or None, "
+                    f"got {self.max_attempt_time!r}"
+                )
+            elif _number(self.node_timeout) and self.node_timeout > self.max_attempt_time:
+                out.append(
+                    f"node_timeout ({self.node_timeout} s) must not exceed max_attempt_time "
+                    f"({self.max_attempt_time} s)"
+                )
+        if (
+            _number(self.incompatible_backoff)
+            and _number(self.incompatible_backoff_cap)
+            and self.incompatible_backoff > self.incompatible_backoff_cap
+        ):
+            out.append("incompatible_backoff must not exceed incompatible_backoff_cap")
+        if _number(self.claim_ttl) and self.claim_ttl > 0 and self.claim_ttl < 0.003:
+            out.append("claim_ttl must be at least 3 ms (the heartbeat runs every claim_ttl / 3)")
+        return out
+
+    def validate(self) -> Settings:
+        """Return ``self``, or raise :class:`InvalidSettings` naming every problem."""
+        found = self.problems()
+        if found:
+            raise InvalidSettings(
+                "invalid docket settings: " + "; ".join(found),
+                details={"problems": list[JSONValue](found)},
+            )
+        return self
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """How often a worker refreshes a claim it holds: a third of the TTL."""
+        return self.claim_ttl / 3
+
+    @property
+    def recovery_bound(self) -> float:
+        """Longest time before a dead worker's run is claimed again by an idle worker."""
+        return self.claim_ttl + self.poll_interval
+
+    @property
+    def node_timeout_ms(self) -> int:
+        return max(1, math.ceil(self.node_timeout * 1000))
+
+    @property
+    def max_attempt_ms(self) -> int | None:
+        if self.max_attempt_time is None:
+            return None
+        return max(1, math.ceil(self.max_attempt_time * 1000))
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+DEFAULT_SETTINGS: Final = Settings()

@@ -1,0 +1,97 @@
+"""The application the multi-process tests run with ``docket worker --app
+tests.runtime.worker_app:create`` (imported in each worker process).
+
+Configured by environment variables, set by the test for each process:
+
+* ``DOCKET_BACKEND`` — the SQLite URL;
+* ``DOCKET_TEST_LOG_DIR`` — where each process appends one line per commit it made
+  (``<pid> <run id> <checkpoint seq>``, written by an observer) and one line per node
+  attempt it started (``<pid> <run id> <node> <attempt> <unix time>``);
+* ``DOCKET_TEST_CLAIM_TTL`` / ``DOCKET_TEST_POLL`` / ``DOCKET_TEST_SHUTDOWN`` — the
+  claim TTL, poll interval and shutdown bound;
+* ``DOCKET_TEST_STALL`` — when set, the ``stall`` node of this process sleeps for a
+  minute instead of returning (a worker that will be killed mid-node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from docket import (
+    FINISH,
+    START,
+    CommitContext,
+    Docket,
+    GraphBuilder,
+    NodeContext,
+    NodeRegistry,
+    NodeState,
+    R,
+    S,
+)
+from docket.records import Checkpoint
+
+NODES = NodeRegistry()
+
+
+def _log(name: str, line: str) -> None:
+    directory = os.environ.get("DOCKET_TEST_LOG_DIR")
+    if directory:
+        with (Path(directory) / f"{name}-{os.getpid()}.log").open("a", encoding="utf-8") as out:
+            out.write(line + "\n")
+            out.flush()
+
+
+@NODES.node("step")
+async def step(state: NodeState, ctx: NodeContext) -> dict[str, object]:
+    _log("attempts", f"{os.getpid()} {ctx.run_id} {ctx.node_id} {ctx.attempt} {time.time()}")
+    await asyncio.sleep(0.005)
+    return {"trail": [ctx.node_id]}
+
+
+@NODES.node("stall")
+async def stall(state: NodeState, ctx: NodeContext) -> dict[str, object]:
+    _log("attempts", f"{os.getpid()} {ctx.run_id} {ctx.node_id} {ctx.attempt} {time.time()}")
+    if os.environ.get("DOCKET_TEST_STALL"):
+        await asyncio.sleep(60)
+    return {"trail": [ctx.node_id]}
+
+
+def five_steps() -> GraphBuilder:
+    builder = GraphBuilder("five-steps").field("trail", S.list(S.string()), reducer=R.append())
+    previous = START
+    for index in range(1, 6):
+        builder.node(f"s{index}", "step").edge(f"to_s{index}", previous, f"s{index}")
+        previous = f"s{index}"
+    return builder.edge("end", previous, FINISH).output("trail")
+
+
+FIVE_STEPS = five_steps().build()
+STALL = (
+    GraphBuilder("stall")
+    .field("trail", S.list(S.string()), reducer=R.append())
+    .node("stall", "stall")
+    .edge("go", START, "stall")
+    .edge("end", "stall", FINISH)
+    .output("trail")
+    .build()
+)
+
+
+def record_commit(checkpoint: Checkpoint, context: CommitContext) -> None:
+    if context.operation == "moment":
+        _log("commits", f"{os.getpid()} {checkpoint.run.id} {checkpoint.seq}")
+
+
+def create() -> Docket:
+    return Docket(
+        os.environ["DOCKET_BACKEND"],
+        nodes=NODES,
+        observers=[record_commit],
+        claim_ttl=float(os.environ.get("DOCKET_TEST_CLAIM_TTL", "2")),
+        poll_interval=float(os.environ.get("DOCKET_TEST_POLL", "0.2")),
+        shutdown_timeout=float(os.environ.get("DOCKET_TEST_SHUTDOWN", "5")),
+    )
