@@ -41,15 +41,18 @@ def _builtin() -> dict[str, BackendFactory]:
     return {factory.name: factory}
 
 
-def _discover() -> tuple[dict[str, BackendFactory], dict[str, str]]:
-    """Every loadable backend by name, and why each broken entry point failed.
+def _discover(
+    only: Callable[[str], bool] | None = None,
+) -> tuple[dict[str, BackendFactory], dict[str, str]]:
+    """Every loadable backend by name (or those whose entry-point name ``only`` admits),
+    and why each broken entry point failed.
 
     One broken package must not take the others down: it is reported, not raised.
     """
     found = _builtin()
     broken: dict[str, str] = {}
     for point in entry_points(group=GROUP):
-        if point.name in found:
+        if point.name in found or (only is not None and not only(point.name)):
             continue
         try:
             loaded = point.load()
@@ -86,10 +89,15 @@ def scheme_of(url: str) -> str:
 def from_url(url: str, **options: object) -> Backend:
     """Create (not open) the backend that serves ``url``'s scheme."""
     scheme = scheme_of(url)
-    factories, failures = _discover()
-    for backend_factory in factories.values():
-        if scheme in backend_factory.schemes:
-            return backend_factory.create(url, options)
+    # Importing a backend package can be slow (drivers), so first load only the entry
+    # points named like the scheme (``postgres`` for ``postgresql://``, ``redis`` for
+    # ``rediss://``); every installed backend is tried only if none of those serves it.
+    family = scheme.split("+")[0]
+    for only in (lambda name: family.startswith(name) or name.startswith(family), None):
+        factories, failures = _discover(only)
+        for backend_factory in factories.values():
+            if scheme in backend_factory.schemes:
+                return backend_factory.create(url, options)
     served = sorted(s for f in factories.values() for s in f.schemes)
     hint = scheme.split("+")[0].replace("postgresql", "postgres")
     message = (
