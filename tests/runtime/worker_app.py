@@ -3,7 +3,7 @@ tests.runtime.worker_app:create`` (imported in each worker process).
 
 Configured by environment variables, set by the test for each process:
 
-* ``DOCKET_BACKEND`` — the SQLite URL;
+* ``DOCKET_BACKEND`` — the backend URL (``sqlite://``, ``redis://``, ``postgresql://`` …);
 * ``DOCKET_TEST_LOG_DIR`` — where each process appends one line per commit it made
   (``<pid> <run id> <checkpoint seq>``, written by an observer) and one line per node
   attempt it started (``<pid> <run id> <node> <attempt> <unix time>``);
