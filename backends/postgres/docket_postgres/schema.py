@@ -1,0 +1,1040 @@
+"""The schema, its version, ordered migrations, and the server-side functions.
+
+Conventions of schema version 1 (all objects live in one PostgreSQL schema, default
+``docket``, chosen per application):
+
+* Owner: ``tenant`` is ``''`` for tenantless rows and the tenant id otherwise. Tenant
+  ids are never empty, so ``''`` is unambiguous and the owner can sit in primary keys.
+* Every identifier column is ``COLLATE "C"``: ordering is by code point, exactly as
+  Python orders strings, so ``(eligible_at, run_id)`` tie-breaks and newest-first
+  listings agree with the reference backend whatever the database's locale.
+* A run lives in two tables. ``runs`` holds identity, the run document (the canonical
+  JSON bytes the shared validator produced, ``bytea``) and the copies of the few
+  document fields queries need; commits rewrite it without touching an indexed column
+  (HOT updates). ``live`` holds the operational state (wake, claim, counters, poison)
+  of the runs that are not finished, and nothing else: claims work on it alone, so
+  their cost follows live work, not history. Every function locks a run's ``runs`` row
+  before its ``live`` row; claims lock only ``live`` rows.
+* CHECK constraints state the operational-tuple invariants (backend-spec §0), and
+  deferred constraint triggers keep the two tables in step, so the database refuses an
+  impossible row whoever writes it; triggers make run identity (owner included),
+  published graphs, events and recorded transitions immutable.
+* Each write the contract makes atomic is one PL/pgSQL function (``initialize_run``,
+  ``commit_run``, ``claim_due``, ``abandon_claim``, ``retry_poisoned``,
+  ``save_graph``, ``prune``), called as one statement in autocommit mode: one round
+  trip, one transaction, all or nothing.
+
+The version lives in ``meta`` (key ``schema_version``). :func:`apply_migrations` runs
+the missing steps of a migration list in order, in one transaction under an advisory
+lock, and refuses a schema from a newer release without changing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from docket_postgres.errors import (
+    PermanentStoreError,
+    SchemaTooNew,
+    SchemaTooOld,
+    StoreError,
+    store_error,
+)
+from docket_postgres.url import check_schema_name
+
+SCHEMA_VERSION: Final = 1
+NOTIFY_CHANNEL: Final = "docket_wake"
+
+_READY = "status = 'running' AND poisoned_at IS NULL AND claim_token IS NULL"
+_CLAIMED = "status = 'running' AND poisoned_at IS NULL AND claim_token IS NOT NULL"
+_TERMINAL = "('done', 'failed', 'cancelled')"
+
+# `@schema@` is replaced by the double-quoted schema name, `@name@` by the bare name
+# (as a string literal's content: the name is restricted to [a-z0-9_]).
+_V1: Final[tuple[str, ...]] = (
+    """CREATE TABLE @schema@.meta (
+    key   text COLLATE "C" PRIMARY KEY,
+    value text NOT NULL
+)""",
+    """CREATE TABLE @schema@.graphs (
+    tenant       text COLLATE "C" NOT NULL,
+    graph_id     text COLLATE "C" NOT NULL CHECK (graph_id <> ''),
+    graph_hash   text COLLATE "C" NOT NULL CHECK (graph_hash <> ''),
+    document     bytea       NOT NULL,
+    published_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant, graph_id, graph_hash)
+)""",
+    """CREATE INDEX graphs_by_publication
+    ON @schema@.graphs (tenant, graph_id, published_at DESC, graph_hash DESC)""",
+    # The history-bearing part of a run: identity, document, listing columns. Commits
+    # update it without touching an indexed column (HOT updates, with the fill factor's
+    # spare room), so its size does not slow the hot path.
+    f"""CREATE TABLE @schema@.runs (
+    id                     bigint GENERATED ALWAYS AS IDENTITY,
+    tenant                 text COLLATE "C" NOT NULL,
+    run_id                 text COLLATE "C" NOT NULL,
+    graph_id               text COLLATE "C" NOT NULL,
+    graph_hash             text COLLATE "C" NOT NULL,
+    status                 text        NOT NULL,
+    step                   bigint      NOT NULL,
+    checkpoint_seq         bigint      NOT NULL,
+    event_seq              bigint      NOT NULL,
+    started_at             timestamptz NOT NULL,
+    updated_at             timestamptz NOT NULL,
+    finished_at            timestamptz,
+    run_json               bytea       NOT NULL,
+    latest_checkpoint_type text        NOT NULL,
+    ended_at               timestamptz,
+    PRIMARY KEY (tenant, run_id),
+    FOREIGN KEY (tenant, graph_id, graph_hash)
+        REFERENCES @schema@.graphs (tenant, graph_id, graph_hash) ON DELETE RESTRICT,
+    CONSTRAINT runs_run_id_check CHECK (run_id <> ''),
+    CONSTRAINT runs_status_check
+        CHECK (status IN ('running', 'waiting', 'done', 'failed', 'cancelled')),
+    CONSTRAINT runs_checkpoint_type_check CHECK (latest_checkpoint_type IN (
+        'run_initialized', 'step_committed', 'retry_scheduled', 'interrupt_requested',
+        'interrupt_resolved', 'run_completed', 'run_failed', 'run_cancelled')),
+    CONSTRAINT runs_finished_at_check
+        CHECK ((finished_at IS NOT NULL) = (status IN {_TERMINAL})),
+    CONSTRAINT runs_ended_at_check CHECK (ended_at IS NULL OR status IN {_TERMINAL}),
+    CONSTRAINT runs_counters_check
+        CHECK (step >= 0 AND checkpoint_seq >= 1 AND event_seq >= 0)
+) WITH (fillfactor = 80)""",
+    # Newest-first listing within one owner (the primary key covers owner lookups).
+    """CREATE INDEX runs_by_owner ON @schema@.runs (tenant, started_at DESC, run_id DESC)""",
+    # Newest-first listing across owners (System).
+    """CREATE INDEX runs_by_start ON @schema@.runs (started_at DESC, run_id DESC)""",
+    """CREATE INDEX runs_by_graph
+    ON @schema@.runs (tenant, graph_id, graph_hash, started_at DESC, run_id DESC)""",
+    # Finished runs by the time they finished: what the pruner reads.
+    """CREATE INDEX runs_ended ON @schema@.runs (ended_at) WHERE ended_at IS NOT NULL""",
+    # The operational state of the runs that are not finished — one row per running or
+    # waiting run, none for a finished one — so claims read and write a table whose size
+    # follows the live work, never the history.
+    """CREATE TABLE @schema@.live (
+    tenant         text COLLATE "C" NOT NULL,
+    run_id         text COLLATE "C" NOT NULL,
+    status         text        NOT NULL,
+    wake_at        timestamptz,
+    claim_token    text COLLATE "C",
+    claimed_at     timestamptz,
+    claim_attempts integer     NOT NULL DEFAULT 0,
+    claim_abandons integer     NOT NULL DEFAULT 0,
+    poisoned_at    timestamptz,
+    poison_reason  text,
+    PRIMARY KEY (tenant, run_id),
+    FOREIGN KEY (tenant, run_id) REFERENCES @schema@.runs (tenant, run_id) ON DELETE CASCADE,
+    CONSTRAINT live_status_check CHECK (status IN ('running', 'waiting')),
+    CONSTRAINT live_claim_pair_check CHECK ((claim_token IS NULL) = (claimed_at IS NULL)),
+    CONSTRAINT live_claim_token_check CHECK (claim_token IS NULL OR claim_token <> ''),
+    CONSTRAINT live_poison_pair_check CHECK ((poisoned_at IS NULL) = (poison_reason IS NULL)),
+    CONSTRAINT live_poison_reason_check CHECK (poison_reason IS NULL OR poison_reason <> ''),
+    CONSTRAINT live_idle_unless_running_check CHECK (
+        status = 'running'
+        OR (claim_token IS NULL AND wake_at IS NULL AND poisoned_at IS NULL)),
+    CONSTRAINT live_poisoned_shape_check CHECK (
+        poisoned_at IS NULL OR (claim_token IS NULL AND wake_at IS NULL)),
+    CONSTRAINT live_running_schedule_check CHECK (
+        status <> 'running' OR poisoned_at IS NOT NULL
+        OR ((wake_at IS NULL) <> (claim_token IS NULL))),
+    CONSTRAINT live_counters_check CHECK (claim_attempts >= 0 AND claim_abandons >= 0)
+) WITH (fillfactor = 80)""",
+    # Due runs, oldest wake first: what a ready claim reads (tenant-blind).
+    f"""CREATE INDEX live_due ON @schema@.live (wake_at, run_id, tenant) WHERE {_READY}""",
+    # Due runs per tenant: what the fair policy walks.
+    f"""CREATE INDEX live_due_by_tenant ON @schema@.live (tenant, wake_at, run_id)
+    WHERE {_READY}""",
+    # Claimed runs, oldest claim first: what an expired (recovery) claim reads.
+    f"""CREATE INDEX live_claimed ON @schema@.live (claimed_at, run_id, tenant)
+    WHERE {_CLAIMED}""",
+    """CREATE INDEX live_poisoned ON @schema@.live (poisoned_at)
+    WHERE poisoned_at IS NOT NULL""",
+    """CREATE TABLE @schema@.events (
+    tenant         text COLLATE "C" NOT NULL,
+    run_id         text COLLATE "C" NOT NULL,
+    seq            bigint      NOT NULL CHECK (seq > 0),
+    event_json     bytea       NOT NULL,
+    content_sha256 bytea       NOT NULL CHECK (length(content_sha256) = 32),
+    inserted_at    timestamptz NOT NULL,
+    PRIMARY KEY (tenant, run_id, seq),
+    FOREIGN KEY (tenant, run_id) REFERENCES @schema@.runs (tenant, run_id) ON DELETE CASCADE
+)""",
+    """CREATE INDEX events_by_age ON @schema@.events (inserted_at)""",
+    """CREATE TABLE @schema@.transitions (
+    tenant        text COLLATE "C" NOT NULL,
+    run_id        text COLLATE "C" NOT NULL,
+    transition_id text COLLATE "C" NOT NULL CHECK (transition_id <> ''),
+    digest        text NOT NULL CHECK (digest <> ''),
+    PRIMARY KEY (tenant, run_id, transition_id),
+    FOREIGN KEY (tenant, run_id) REFERENCES @schema@.runs (tenant, run_id) ON DELETE CASCADE
+)""",
+    """CREATE FUNCTION @schema@.refuse_change() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    RAISE EXCEPTION 'docket: %', TG_ARGV[0] USING ERRCODE = 'integrity_constraint_violation';
+END
+$fn$""",
+    """CREATE TRIGGER runs_identity_is_immutable
+BEFORE UPDATE OF tenant, run_id, graph_id, graph_hash, started_at ON @schema@.runs
+FOR EACH ROW WHEN (
+    OLD.tenant IS DISTINCT FROM NEW.tenant OR OLD.run_id IS DISTINCT FROM NEW.run_id
+    OR OLD.graph_id IS DISTINCT FROM NEW.graph_id
+    OR OLD.graph_hash IS DISTINCT FROM NEW.graph_hash
+    OR OLD.started_at IS DISTINCT FROM NEW.started_at)
+EXECUTE FUNCTION @schema@.refuse_change('a run''s owner and identity never change')""",
+    """CREATE TRIGGER graphs_are_immutable BEFORE UPDATE ON @schema@.graphs
+FOR EACH ROW EXECUTE FUNCTION @schema@.refuse_change('a published graph version never changes')""",
+    """CREATE TRIGGER events_are_immutable BEFORE UPDATE ON @schema@.events
+FOR EACH ROW EXECUTE FUNCTION @schema@.refuse_change('a published event never changes')""",
+    """CREATE TRIGGER transitions_are_immutable BEFORE UPDATE ON @schema@.transitions
+FOR EACH ROW EXECUTE FUNCTION @schema@.refuse_change('a recorded transition never changes')""",
+    # A run has a live row exactly while it is not finished, with the same status. The
+    # functions keep them so; these triggers make the database refuse any other writer
+    # that does not (checked when its transaction commits).
+    """CREATE FUNCTION @schema@.check_live_pair() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_tenant text;
+    v_run_id text;
+    v_status text;
+    v_live text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        v_tenant := OLD.tenant;
+        v_run_id := OLD.run_id;
+    ELSE
+        v_tenant := NEW.tenant;
+        v_run_id := NEW.run_id;
+    END IF;
+    SELECT r.status INTO v_status FROM @schema@.runs r
+    WHERE r.tenant = v_tenant AND r.run_id = v_run_id;
+    IF NOT FOUND THEN
+        RETURN NULL;  -- the run is gone (pruned), and its live row with it
+    END IF;
+    SELECT l.status INTO v_live FROM @schema@.live l
+    WHERE l.tenant = v_tenant AND l.run_id = v_run_id;
+    IF v_status IN ('done', 'failed', 'cancelled') THEN
+        IF v_live IS NOT NULL THEN
+            RAISE EXCEPTION 'docket: finished run % still has operational state', v_run_id
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+    ELSIF v_live IS DISTINCT FROM v_status THEN
+        RAISE EXCEPTION 'docket: run % is % but its operational state says %',
+            v_run_id, v_status, coalesce(v_live, 'nothing')
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NULL;
+END
+$fn$""",
+    """CREATE CONSTRAINT TRIGGER runs_born_with_state AFTER INSERT ON @schema@.runs
+DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION @schema@.check_live_pair()""",
+    """CREATE CONSTRAINT TRIGGER runs_status_moves_state
+AFTER UPDATE OF status ON @schema@.runs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+WHEN (OLD.status IS DISTINCT FROM NEW.status)
+EXECUTE FUNCTION @schema@.check_live_pair()""",
+    """CREATE CONSTRAINT TRIGGER live_state_changes
+AFTER INSERT OR DELETE ON @schema@.live
+DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION @schema@.check_live_pair()""",
+    """CREATE CONSTRAINT TRIGGER live_status_changes
+AFTER UPDATE OF status ON @schema@.live DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+WHEN (OLD.status IS DISTINCT FROM NEW.status)
+EXECUTE FUNCTION @schema@.check_live_pair()""",
+    # -- save_graph: insert once; a re-save answers the first publication ------------------
+    """CREATE FUNCTION @schema@.save_graph(
+    p_tenant text, p_graph_id text, p_graph_hash text, p_document bytea, p_now timestamptz)
+RETURNS TABLE (o_published_at timestamptz, o_same boolean)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    RETURN QUERY
+    WITH ins AS (
+        INSERT INTO @schema@.graphs AS g (tenant, graph_id, graph_hash, document, published_at)
+        VALUES (p_tenant, p_graph_id, p_graph_hash, p_document,
+                coalesce(p_now, clock_timestamp()))
+        ON CONFLICT (tenant, graph_id, graph_hash) DO NOTHING
+        RETURNING g.published_at)
+    SELECT ins.published_at, true FROM ins;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- a new statement, so a version committed by a racing save is visible here
+    RETURN QUERY
+    SELECT g.published_at, g.document = p_document FROM @schema@.graphs g
+    WHERE g.tenant = p_tenant AND g.graph_id = p_graph_id AND g.graph_hash = p_graph_hash;
+END
+$fn$""",
+    # -- initialize ---------------------------------------------------------------------
+    """CREATE FUNCTION @schema@.initialize_run(
+    p_tenant text, p_run_id text, p_transition_id text, p_digest text,
+    p_graph_id text, p_graph_hash text, p_status text, p_step bigint,
+    p_checkpoint_seq bigint, p_event_seq bigint, p_started_at timestamptz,
+    p_updated_at timestamptz, p_finished_at timestamptz, p_run_json bytea,
+    p_checkpoint_type text, p_wake_at timestamptz, p_now timestamptz,
+    p_seqs bigint[], p_events bytea[], p_hashes bytea[])
+RETURNS TABLE (o_outcome text, o_digest text, o_run_json bytea, o_announced boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_announce boolean := false;
+BEGIN
+    PERFORM 1 FROM @schema@.graphs g
+    WHERE g.tenant = p_tenant AND g.graph_id = p_graph_id AND g.graph_hash = p_graph_hash;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'no_graph'::text, NULL::text, NULL::bytea, false;
+        RETURN;
+    END IF;
+    INSERT INTO @schema@.runs (
+        tenant, run_id, graph_id, graph_hash, status, step, checkpoint_seq, event_seq,
+        started_at, updated_at, finished_at, run_json, latest_checkpoint_type)
+    VALUES (
+        p_tenant, p_run_id, p_graph_id, p_graph_hash, p_status, p_step, p_checkpoint_seq,
+        p_event_seq, p_started_at, p_updated_at, p_finished_at, p_run_json,
+        p_checkpoint_type)
+    ON CONFLICT (tenant, run_id) DO NOTHING;
+    IF NOT FOUND THEN
+        -- taken (perhaps by a racing initialize that has just committed: new snapshot)
+        RETURN QUERY SELECT 'exists'::text,
+            (SELECT t.digest FROM @schema@.transitions t WHERE t.tenant = p_tenant
+                AND t.run_id = p_run_id AND t.transition_id = p_transition_id),
+            (SELECT r.run_json FROM @schema@.runs r
+                WHERE r.tenant = p_tenant AND r.run_id = p_run_id),
+            false;
+        RETURN;
+    END IF;
+    INSERT INTO @schema@.live (tenant, run_id, status, wake_at)
+    VALUES (p_tenant, p_run_id, p_status, p_wake_at);
+    INSERT INTO @schema@.transitions (tenant, run_id, transition_id, digest)
+    VALUES (p_tenant, p_run_id, p_transition_id, p_digest);
+    INSERT INTO @schema@.events (tenant, run_id, seq, event_json, content_sha256, inserted_at)
+    SELECT p_tenant, p_run_id, e.seq, e.body, e.hash, v_now
+    FROM unnest(p_seqs, p_events, p_hashes) AS e(seq, body, hash);
+    IF p_wake_at <= v_now THEN
+        PERFORM pg_notify('docket_wake', '@name@');
+        v_announce := true;
+    END IF;
+    RETURN QUERY SELECT 'written'::text, NULL::text, NULL::bytea, v_announce;
+END
+$fn$""",
+    # -- commit_claimed / commit_unclaimed -------------------------------------------------
+    # Writes only when every post-lookup rule holds; otherwise it writes nothing and
+    # answers the facts (read under the row lock) the shared rules need to name the error.
+    """CREATE FUNCTION @schema@.commit_run(
+    p_tenant text, p_run_id text, p_transition_id text, p_digest text,
+    p_graph_id text, p_graph_hash text, p_started_at timestamptz,
+    p_expected bigint, p_claimed boolean, p_token text,
+    p_status text, p_step bigint, p_checkpoint_seq bigint, p_event_seq bigint,
+    p_updated_at timestamptz, p_finished_at timestamptz, p_run_json bytea,
+    p_checkpoint_type text, p_schedule text, p_wake_at timestamptz, p_now timestamptz,
+    p_seqs bigint[], p_events bytea[], p_hashes bytea[])
+RETURNS TABLE (
+    o_outcome text, o_digest text, o_graph_id text, o_graph_hash text,
+    o_started_at timestamptz, o_checkpoint_seq bigint, o_token_held boolean,
+    o_event_seq bigint, o_stored bytea[], o_run_json bytea, o_announced boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    cur record;
+    v_digest text;
+    v_stored bytea[];
+    v_new bigint;
+    v_held boolean;
+    v_ok boolean;
+    v_token text;
+    v_claimed_at timestamptz;
+    v_wake timestamptz;
+    v_announce boolean := false;
+BEGIN
+    -- lock order everywhere: the run row, then its live row
+    SELECT r.graph_id, r.graph_hash, r.started_at, r.checkpoint_seq, r.event_seq
+    INTO cur FROM @schema@.runs r
+    WHERE r.tenant = p_tenant AND r.run_id = p_run_id
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::text, NULL::text, NULL::text,
+            NULL::timestamptz, NULL::bigint, NULL::boolean, NULL::bigint, NULL::bytea[],
+            NULL::bytea, false;
+        RETURN;
+    END IF;
+    SELECT t.digest INTO v_digest FROM @schema@.transitions t
+    WHERE t.tenant = p_tenant AND t.run_id = p_run_id AND t.transition_id = p_transition_id;
+    -- what is stored at each re-sent sequence (NULL: new, or pruned)
+    SELECT array_agg(e.content_sha256 ORDER BY s.i) INTO v_stored
+    FROM unnest(p_seqs) WITH ORDINALITY AS s(seq, i)
+    LEFT JOIN @schema@.events e
+        ON e.tenant = p_tenant AND e.run_id = p_run_id AND e.seq = s.seq
+        AND s.seq <= cur.event_seq;
+    SELECT count(*) INTO v_new FROM unnest(p_seqs) AS s(seq) WHERE s.seq > cur.event_seq;
+    SELECT l.claim_token, l.claimed_at INTO v_token, v_claimed_at FROM @schema@.live l
+    WHERE l.tenant = p_tenant AND l.run_id = p_run_id
+    FOR UPDATE;
+    v_held := coalesce(v_token = p_token, false);
+    v_ok := v_digest IS NULL
+        AND cur.graph_id = p_graph_id AND cur.graph_hash = p_graph_hash
+        AND cur.started_at = p_started_at
+        AND cur.checkpoint_seq = p_expected
+        AND (NOT p_claimed OR v_held)
+        AND p_event_seq >= cur.event_seq
+        AND v_new = p_event_seq - cur.event_seq
+        AND NOT EXISTS (
+            SELECT 1 FROM unnest(p_seqs, p_hashes, v_stored) AS x(seq, hash, stored)
+            WHERE x.seq <= cur.event_seq AND x.stored IS NOT NULL AND x.stored <> x.hash);
+    IF NOT v_ok THEN
+        RETURN QUERY SELECT 'refused'::text, v_digest, cur.graph_id::text,
+            cur.graph_hash::text, cur.started_at, cur.checkpoint_seq, v_held, cur.event_seq,
+            v_stored,
+            CASE WHEN v_digest IS NOT NULL THEN (SELECT r.run_json FROM @schema@.runs r
+                WHERE r.tenant = p_tenant AND r.run_id = p_run_id) END,
+            false;
+        RETURN;
+    END IF;
+    IF p_schedule = 'retain' THEN
+        v_claimed_at := greatest(v_claimed_at, v_now);  -- a commit never moves it back
+        v_wake := NULL;
+    ELSE
+        v_token := NULL;
+        v_claimed_at := NULL;
+        v_wake := CASE p_schedule WHEN 'immediate' THEN v_now WHEN 'at' THEN p_wake_at END;
+    END IF;
+    UPDATE @schema@.runs SET
+        status = p_status, step = p_step, checkpoint_seq = p_checkpoint_seq,
+        event_seq = p_event_seq, updated_at = p_updated_at, finished_at = p_finished_at,
+        run_json = p_run_json, latest_checkpoint_type = p_checkpoint_type,
+        ended_at = CASE WHEN p_status IN ('done', 'failed', 'cancelled') THEN v_now END
+    WHERE tenant = p_tenant AND run_id = p_run_id;
+    IF p_status IN ('done', 'failed', 'cancelled') THEN
+        DELETE FROM @schema@.live WHERE tenant = p_tenant AND run_id = p_run_id;
+    ELSE
+        -- every commit resets the claim health (attempts, abandons, poison)
+        INSERT INTO @schema@.live AS l (tenant, run_id, status, wake_at, claim_token, claimed_at)
+        VALUES (p_tenant, p_run_id, p_status, v_wake, v_token, v_claimed_at)
+        ON CONFLICT (tenant, run_id) DO UPDATE SET
+            status = excluded.status, wake_at = excluded.wake_at,
+            claim_token = excluded.claim_token, claimed_at = excluded.claimed_at,
+            claim_attempts = 0, claim_abandons = 0, poisoned_at = NULL, poison_reason = NULL;
+    END IF;
+    INSERT INTO @schema@.transitions (tenant, run_id, transition_id, digest)
+    VALUES (p_tenant, p_run_id, p_transition_id, p_digest);
+    INSERT INTO @schema@.events (tenant, run_id, seq, event_json, content_sha256, inserted_at)
+    SELECT p_tenant, p_run_id, e.seq, e.body, e.hash, v_now
+    FROM unnest(p_seqs, p_events, p_hashes) AS e(seq, body, hash)
+    WHERE e.seq > cur.event_seq;
+    IF v_wake IS NOT NULL AND v_wake <= v_now THEN
+        PERFORM pg_notify('docket_wake', '@name@');
+        v_announce := true;
+    END IF;
+    RETURN QUERY SELECT 'written'::text, NULL::text, NULL::text, NULL::text,
+        NULL::timestamptz, NULL::bigint, NULL::boolean, NULL::bigint, NULL::bytea[],
+        NULL::bytea, v_announce;
+END
+$fn$""",
+    # -- claim_due --------------------------------------------------------------------------
+    # Two lazily read streams (ready, expired), each peeked without a lock and locked one
+    # row at a time with SKIP LOCKED only when chosen: the statement locks exactly what it
+    # returns. See docs/backends/postgres.md for the selection rules.
+    """CREATE FUNCTION @schema@.claim_due(
+    p_limit integer, p_ttl interval, p_max_attempts integer, p_preference text,
+    p_now timestamptz, p_fair boolean)
+RETURNS TABLE (
+    o_tenant text, o_run_id text, o_graph_id text, o_graph_hash text,
+    o_checkpoint_seq bigint, o_token text, o_attempts integer, o_poisoned boolean,
+    o_now timestamptz)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_cutoff timestamptz;
+    -- the ready stream: its peeked head and its cursor
+    r_has boolean;
+    r_end boolean;
+    r_at timestamptz;
+    r_id text COLLATE "C";
+    r_tenant text COLLATE "C";
+    r_pos integer;
+    rc_at timestamptz;
+    rc_id text COLLATE "C";
+    rc_tenant text COLLATE "C";
+    -- the fair variant: tenants with due work in a random order, a cursor per tenant
+    f_tenants text[] COLLATE "C";
+    f_at timestamptz[];
+    f_id text[] COLLATE "C";
+    f_done boolean[];
+    f_n integer;
+    f_live integer;
+    f_pos integer;
+    -- the expired stream
+    e_has boolean;
+    e_end boolean;
+    e_at timestamptz;
+    e_id text COLLATE "C";
+    e_tenant text COLLATE "C";
+    ec_at timestamptz;
+    ec_id text COLLATE "C";
+    ec_tenant text COLLATE "C";
+    -- what was chosen (and locked), and what could not be locked
+    c_tenant text[] COLLATE "C" := '{}';
+    c_id text[] COLLATE "C" := '{}';
+    c_at timestamptz[] := '{}';
+    c_attempts integer[] := '{}';
+    s_tenant text[] COLLATE "C";
+    s_id text[] COLLATE "C";
+    v_got_ready boolean := false;
+    v_got_expired boolean := false;
+    v_take_ready boolean;
+    v_attempts integer;
+    v_at timestamptz;
+    v_any boolean;
+BEGIN
+    IF p_ttl > v_now - '0001-01-01 00:00:00+00'::timestamptz THEN
+        v_cutoff := '-infinity';  -- no representable claim is that old
+    ELSE
+        v_cutoff := v_now - p_ttl;
+    END IF;
+    -- A pass reads the two classes lazily. Only a pass that took nothing can be followed
+    -- by another: its peeks ran in several snapshots, so a run that changed class
+    -- between them (a release, an abandon) may have been seen by neither.
+    FOR v_pass IN 1 .. 3 LOOP
+        r_has := false; r_end := false;
+        rc_at := '-infinity'; rc_id := ''; rc_tenant := '';
+        e_has := false; e_end := false;
+        ec_at := '-infinity'; ec_id := ''; ec_tenant := '';
+        s_tenant := '{}'; s_id := '{}';
+        IF p_fair THEN
+            -- tenants with due work, one index probe per tenant, shuffled
+            WITH RECURSIVE walk(tenant) AS (
+                (SELECT r.tenant FROM @schema@.live r
+                 WHERE r.status = 'running' AND r.poisoned_at IS NULL AND r.claim_token IS NULL
+                 ORDER BY r.tenant LIMIT 1)
+                UNION ALL
+                SELECT (SELECT r.tenant FROM @schema@.live r
+                        WHERE r.status = 'running' AND r.poisoned_at IS NULL
+                          AND r.claim_token IS NULL AND r.tenant > w.tenant
+                        ORDER BY r.tenant LIMIT 1)
+                FROM walk w WHERE w.tenant IS NOT NULL
+            )
+            SELECT array_agg(w.tenant ORDER BY random()) INTO f_tenants
+            FROM walk w
+            WHERE w.tenant IS NOT NULL AND EXISTS (
+                SELECT 1 FROM @schema@.live r
+                WHERE r.tenant = w.tenant AND r.status = 'running' AND r.poisoned_at IS NULL
+                  AND r.claim_token IS NULL AND r.wake_at <= v_now);
+            f_n := coalesce(cardinality(f_tenants), 0);
+            f_live := f_n;
+            f_pos := 1;
+            f_at := array_fill('-infinity'::timestamptz, ARRAY[f_n]);
+            f_id := array_fill(''::text, ARRAY[f_n]);
+            f_done := array_fill(false, ARRAY[f_n]);
+        END IF;
+        LOOP
+            EXIT WHEN cardinality(c_id) >= p_limit;
+            IF NOT r_has AND NOT r_end THEN
+                IF p_fair THEN
+                    LOOP
+                        IF f_live = 0 THEN
+                            r_end := true;
+                            EXIT;
+                        END IF;
+                        IF f_pos > f_n THEN
+                            f_pos := 1;
+                        END IF;
+                        IF f_done[f_pos] THEN
+                            f_pos := f_pos + 1;
+                            CONTINUE;
+                        END IF;
+                        SELECT r.wake_at, r.run_id INTO r_at, r_id FROM @schema@.live r
+                        WHERE r.tenant = f_tenants[f_pos] AND r.status = 'running'
+                          AND r.poisoned_at IS NULL AND r.claim_token IS NULL
+                          AND r.wake_at <= v_now
+                          AND (r.wake_at, r.run_id) > (f_at[f_pos], f_id[f_pos])
+                        ORDER BY r.wake_at, r.run_id LIMIT 1;
+                        IF FOUND THEN
+                            r_tenant := f_tenants[f_pos];
+                            r_pos := f_pos;
+                            r_has := true;
+                            EXIT;
+                        END IF;
+                        f_done[f_pos] := true;
+                        f_live := f_live - 1;
+                        f_pos := f_pos + 1;
+                    END LOOP;
+                ELSE
+                    SELECT r.wake_at, r.run_id, r.tenant INTO r_at, r_id, r_tenant
+                    FROM @schema@.live r
+                    WHERE r.status = 'running' AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at <= v_now
+                      AND (r.wake_at, r.run_id, r.tenant) > (rc_at, rc_id, rc_tenant)
+                    ORDER BY r.wake_at, r.run_id, r.tenant LIMIT 1;
+                    r_has := FOUND;
+                    r_end := NOT FOUND;
+                END IF;
+            END IF;
+            IF NOT e_has AND NOT e_end THEN
+                SELECT r.claimed_at, r.run_id, r.tenant INTO e_at, e_id, e_tenant
+                FROM @schema@.live r
+                WHERE r.status = 'running' AND r.poisoned_at IS NULL
+                  AND r.claim_token IS NOT NULL AND r.claimed_at < v_cutoff
+                  AND (r.claimed_at, r.run_id, r.tenant) > (ec_at, ec_id, ec_tenant)
+                ORDER BY r.claimed_at, r.run_id, r.tenant LIMIT 1;
+                e_has := FOUND;
+                e_end := NOT FOUND;
+            END IF;
+            EXIT WHEN NOT r_has AND NOT e_has;
+            IF p_limit = 1 AND p_preference IS NOT NULL THEN
+                v_take_ready := CASE WHEN p_preference = 'ready' THEN r_has ELSE NOT e_has END;
+            ELSIF p_limit >= 2 AND NOT v_got_ready AND r_has THEN
+                v_take_ready := true;   -- each class is reserved one outcome
+            ELSIF p_limit >= 2 AND NOT v_got_expired AND e_has THEN
+                v_take_ready := false;
+            ELSE
+                v_take_ready := r_has
+                    AND (NOT e_has OR (r_at, r_id, r_tenant) < (e_at, e_id, e_tenant));
+            END IF;
+            IF v_take_ready THEN
+                SELECT r.claim_attempts INTO v_attempts FROM @schema@.live r
+                WHERE r.tenant = r_tenant AND r.run_id = r_id AND r.status = 'running'
+                  AND r.poisoned_at IS NULL AND r.claim_token IS NULL AND r.wake_at <= v_now
+                FOR UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    c_tenant := array_append(c_tenant, r_tenant);
+                    c_id := array_append(c_id, r_id);
+                    c_at := array_append(c_at, r_at);
+                    c_attempts := array_append(c_attempts, v_attempts);
+                    v_got_ready := true;
+                    IF p_fair THEN
+                        f_pos := r_pos + 1;  -- this tenant had its turn in this round
+                    END IF;
+                ELSE
+                    s_tenant := array_append(s_tenant, r_tenant);
+                    s_id := array_append(s_id, r_id);
+                END IF;
+                IF p_fair THEN
+                    f_at[r_pos] := r_at;
+                    f_id[r_pos] := r_id;
+                ELSE
+                    rc_at := r_at;
+                    rc_id := r_id;
+                    rc_tenant := r_tenant;
+                END IF;
+                r_has := false;
+            ELSE
+                SELECT r.claim_attempts INTO v_attempts FROM @schema@.live r
+                WHERE r.tenant = e_tenant AND r.run_id = e_id AND r.status = 'running'
+                  AND r.poisoned_at IS NULL AND r.claim_token IS NOT NULL
+                  AND r.claimed_at < v_cutoff
+                FOR UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    c_tenant := array_append(c_tenant, e_tenant);
+                    c_id := array_append(c_id, e_id);
+                    c_at := array_append(c_at, e_at);
+                    c_attempts := array_append(c_attempts, v_attempts);
+                    v_got_expired := true;
+                ELSE
+                    s_tenant := array_append(s_tenant, e_tenant);
+                    s_id := array_append(s_id, e_id);
+                END IF;
+                ec_at := e_at;
+                ec_id := e_id;
+                ec_tenant := e_tenant;
+                e_has := false;
+            END IF;
+        END LOOP;
+        EXIT WHEN cardinality(c_id) > 0;
+        -- Every candidate seen was held by someone else: rather than answer nothing,
+        -- wait for them in turn (a commit, a release or another claim holds a run for
+        -- one short statement) and take the first that is still due, in either class.
+        -- Only a claim holding no lock waits, so claims never wait for each other in a
+        -- cycle.
+        FOR i IN 1 .. cardinality(s_id) LOOP
+            SELECT r.claim_attempts,
+                   CASE WHEN r.claim_token IS NULL THEN r.wake_at ELSE r.claimed_at END
+            INTO v_attempts, v_at FROM @schema@.live r
+            WHERE r.tenant = s_tenant[i] AND r.run_id = s_id[i] AND r.status = 'running'
+              AND r.poisoned_at IS NULL
+              AND ((r.claim_token IS NULL AND r.wake_at <= v_now)
+                   OR (r.claim_token IS NOT NULL AND r.claimed_at < v_cutoff))
+            FOR UPDATE;
+            IF FOUND THEN
+                c_tenant := array_append(c_tenant, s_tenant[i]);
+                c_id := array_append(c_id, s_id[i]);
+                c_at := array_append(c_at, v_at);
+                c_attempts := array_append(c_attempts, v_attempts);
+                EXIT;
+            END IF;
+        END LOOP;
+        EXIT WHEN cardinality(c_id) > 0;
+        -- nothing at all: is anything due in either class, seen in one snapshot?
+        SELECT EXISTS (
+                   SELECT 1 FROM @schema@.live r
+                   WHERE r.status = 'running' AND r.poisoned_at IS NULL
+                     AND r.claim_token IS NULL AND r.wake_at <= v_now)
+               OR EXISTS (
+                   SELECT 1 FROM @schema@.live r
+                   WHERE r.status = 'running' AND r.poisoned_at IS NULL
+                     AND r.claim_token IS NOT NULL AND r.claimed_at < v_cutoff)
+        INTO v_any;
+        EXIT WHEN NOT v_any;
+    END LOOP;
+    RETURN QUERY
+    WITH chosen AS (
+        SELECT c.tenant, c.run_id, c.at, c.attempts, c.ord
+        FROM unnest(c_tenant, c_id, c_at, c_attempts)
+            WITH ORDINALITY AS c(tenant, run_id, at, attempts, ord)
+    ), done AS (
+        UPDATE @schema@.live l SET
+            claim_token = CASE WHEN ch.attempts < p_max_attempts
+                               THEN gen_random_uuid()::text END,
+            claimed_at = CASE WHEN ch.attempts < p_max_attempts THEN v_now END,
+            wake_at = NULL,
+            claim_attempts = l.claim_attempts
+                + CASE WHEN ch.attempts < p_max_attempts THEN 1 ELSE 0 END,
+            poisoned_at = CASE WHEN ch.attempts < p_max_attempts THEN NULL ELSE v_now END,
+            poison_reason = CASE WHEN ch.attempts < p_max_attempts
+                                 THEN NULL ELSE 'max_claim_attempts_exceeded' END
+        FROM chosen ch
+        WHERE l.tenant = ch.tenant AND l.run_id = ch.run_id
+        RETURNING l.tenant, l.run_id, l.claim_token, l.claim_attempts,
+                  l.poisoned_at IS NOT NULL AS poisoned, ch.at, ch.ord
+    )
+    SELECT d.tenant::text, d.run_id::text, r.graph_id::text, r.graph_hash::text,
+           r.checkpoint_seq, d.claim_token::text, d.claim_attempts, d.poisoned, v_now
+    FROM done d
+    JOIN @schema@.runs r ON r.tenant = d.tenant AND r.run_id = d.run_id
+    ORDER BY CASE WHEN p_fair THEN d.ord ELSE 0 END, d.at, d.run_id, d.tenant;
+END
+$fn$""",
+    # -- abandon_claim ------------------------------------------------------------------------
+    """CREATE FUNCTION @schema@.abandon_claim(
+    p_tenant text, p_run_id text, p_token text, p_expected bigint, p_now timestamptz,
+    p_retry_at timestamptz, p_max_abandons integer, p_non_poisoning boolean,
+    p_delays interval[])
+RETURNS TABLE (o_outcome text, o_at timestamptz)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_old integer;
+    v_wake timestamptz;
+BEGIN
+    -- the run row first (its checkpoint is the fence), then the live row
+    PERFORM 1 FROM @schema@.runs r
+    WHERE r.tenant = p_tenant AND r.run_id = p_run_id AND r.checkpoint_seq = p_expected
+    FOR UPDATE;
+    IF FOUND THEN
+        SELECT l.claim_abandons INTO v_old FROM @schema@.live l
+        WHERE l.tenant = p_tenant AND l.run_id = p_run_id AND l.claim_token = p_token
+        FOR UPDATE;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'stale'::text, NULL::timestamptz;
+        RETURN;
+    END IF;
+    IF NOT p_non_poisoning AND v_old >= p_max_abandons THEN
+        UPDATE @schema@.live SET claim_token = NULL, claimed_at = NULL, wake_at = NULL,
+            claim_attempts = greatest(claim_attempts - 1, 0),
+            poisoned_at = p_now, poison_reason = 'max_claim_abandons_exceeded'
+        WHERE tenant = p_tenant AND run_id = p_run_id;
+        RETURN QUERY SELECT 'poisoned'::text, p_now;
+        RETURN;
+    END IF;
+    IF p_non_poisoning AND p_delays IS NOT NULL THEN
+        v_wake := p_now + p_delays[least(v_old, 30) + 1];
+    ELSE
+        v_wake := p_retry_at;
+    END IF;
+    UPDATE @schema@.live SET claim_token = NULL, claimed_at = NULL, wake_at = v_wake,
+        claim_attempts = greatest(claim_attempts - 1, 0), claim_abandons = v_old + 1
+    WHERE tenant = p_tenant AND run_id = p_run_id;
+    PERFORM pg_notify('docket_wake', '@name@');
+    RETURN QUERY SELECT 'rescheduled'::text, v_wake;
+END
+$fn$""",
+    # -- prune: one bounded batch of old events and finished runs --------------------------------
+    """CREATE FUNCTION @schema@.prune(
+    p_event_age interval, p_run_age interval, p_batch integer, p_now timestamptz)
+RETURNS TABLE (o_ran boolean, o_events bigint, o_runs bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_events bigint := 0;
+    v_runs bigint := 0;
+BEGIN
+    -- one pruner at a time per schema; a second one returns at once
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('docket:prune:@name@', 0)) THEN
+        RETURN QUERY SELECT false, 0::bigint, 0::bigint;
+        RETURN;
+    END IF;
+    IF p_event_age IS NOT NULL THEN
+        WITH doomed AS (
+            SELECT e.tenant, e.run_id, e.seq FROM @schema@.events e
+            WHERE e.inserted_at < v_now - p_event_age
+            ORDER BY e.inserted_at LIMIT p_batch
+            FOR UPDATE SKIP LOCKED)
+        DELETE FROM @schema@.events e USING doomed d
+        WHERE e.tenant = d.tenant AND e.run_id = d.run_id AND e.seq = d.seq;
+        GET DIAGNOSTICS v_events = ROW_COUNT;
+    END IF;
+    IF p_run_age IS NOT NULL THEN
+        -- a run being committed is locked, and skipped until the next pass
+        WITH doomed AS (
+            SELECT r.tenant, r.run_id FROM @schema@.runs r
+            WHERE r.ended_at < v_now - p_run_age
+            ORDER BY r.ended_at LIMIT p_batch
+            FOR UPDATE SKIP LOCKED)
+        DELETE FROM @schema@.runs r USING doomed d
+        WHERE r.tenant = d.tenant AND r.run_id = d.run_id;
+        GET DIAGNOSTICS v_runs = ROW_COUNT;
+    END IF;
+    RETURN QUERY SELECT true, v_events, v_runs;
+END
+$fn$""",
+    # -- retry_poisoned_run ---------------------------------------------------------------------
+    """CREATE FUNCTION @schema@.retry_poisoned(p_tenant text, p_run_id text, p_now timestamptz)
+RETURNS TABLE (o_outcome text, o_run_json bytea)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_status text;
+    v_poisoned timestamptz;
+BEGIN
+    SELECT r.status INTO v_status FROM @schema@.runs r
+    WHERE r.tenant = p_tenant AND r.run_id = p_run_id
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::bytea;
+        RETURN;
+    END IF;
+    IF v_status IN ('done', 'failed', 'cancelled') THEN
+        RETURN QUERY SELECT 'inactive'::text, NULL::bytea;
+        RETURN;
+    END IF;
+    SELECT l.poisoned_at INTO v_poisoned FROM @schema@.live l
+    WHERE l.tenant = p_tenant AND l.run_id = p_run_id
+    FOR UPDATE;
+    IF v_poisoned IS NOT NULL THEN
+        UPDATE @schema@.live SET poisoned_at = NULL, poison_reason = NULL,
+            claim_token = NULL, claimed_at = NULL, claim_attempts = 0, claim_abandons = 0,
+            wake_at = coalesce(p_now, clock_timestamp())
+        WHERE tenant = p_tenant AND run_id = p_run_id;
+        PERFORM pg_notify('docket_wake', '@name@');
+        RETURN QUERY SELECT 'retried'::text, r.run_json FROM @schema@.runs r
+            WHERE r.tenant = p_tenant AND r.run_id = p_run_id;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 'healthy'::text, r.run_json FROM @schema@.runs r
+        WHERE r.tenant = p_tenant AND r.run_id = p_run_id;
+END
+$fn$""",
+)
+
+#: One step of the schema's history: applying ``statements`` to version ``version - 1``
+#: yields ``version``. Version 0 is "no docket objects in the schema yet".
+Migration = tuple[int, tuple[str, ...]]
+
+#: Ordered migrations of this release.
+MIGRATIONS: Final[tuple[Migration, ...]] = ((1, _V1),)
+
+#: Tables and functions a schema at :data:`SCHEMA_VERSION` must have (the shape check).
+REQUIRED_TABLES: Final = ("meta", "graphs", "runs", "live", "events", "transitions")
+REQUIRED_FUNCTIONS: Final = (
+    "save_graph",
+    "initialize_run",
+    "commit_run",
+    "claim_due",
+    "abandon_claim",
+    "retry_poisoned",
+    "prune",
+    "check_live_pair",
+)
+
+assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
+
+
+def quoted(schema: str) -> str:
+    return '"' + check_schema_name(schema) + '"'
+
+
+def render(statement: str, schema: str) -> str:
+    """A DDL template with the schema spliced in (quoted as an identifier)."""
+    return statement.replace("@schema@", quoted(schema)).replace("@name@", schema)
+
+
+def _set_version_sql(schema: str, version: int) -> str:
+    return render(
+        "INSERT INTO @schema@.meta (key, value) VALUES ('schema_version', "
+        f"'{int(version)}') ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        schema,
+    )
+
+
+def migration_sql(
+    schema: str,
+    from_version: int = 0,
+    to_version: int | None = None,
+    migrations: Sequence[Migration] = MIGRATIONS,
+) -> str:
+    """The SQL script that takes ``schema`` from one version to another.
+
+    From version 0 it starts with ``CREATE SCHEMA IF NOT EXISTS``. The script sets the
+    recorded version after each step; wrap it in one transaction when you run it.
+    """
+    top = max((v for v, _ in migrations), default=0)
+    target = top if to_version is None else to_version
+    if not 0 <= from_version <= target <= top:
+        raise ValueError(
+            f"versions must satisfy 0 <= from ({from_version}) <= to ({target}) <= {top}"
+        )
+    parts: list[str] = []
+    if from_version == 0 and target > 0:
+        parts.append(f"CREATE SCHEMA IF NOT EXISTS {quoted(schema)};")
+    for version, statements in migrations:
+        if from_version < version <= target:
+            parts.append(f"-- docket-postgres schema version {version}")
+            parts.extend(render(statement, schema) + ";" for statement in statements)
+            parts.append(_set_version_sql(schema, version) + ";")
+    return "\n\n".join(parts) + ("\n" if parts else "")
+
+
+def schema_sql(schema: str = "docket") -> str:
+    """The DDL that creates an empty store at the current version (for DBAs who run it)."""
+    return migration_sql(schema)
+
+
+# -- reading the version, checking the shape ----------------------------------------------------
+
+
+async def read_version(conn: psycopg.AsyncConnection[Any], schema: str) -> int | None:
+    """The schema's recorded version; ``None`` when it holds no docket objects at all."""
+    check_schema_name(schema)
+    try:
+        cur = await conn.execute(
+            "SELECT to_regclass(%s), "
+            "EXISTS (SELECT 1 FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = ANY(%s))",
+            (f"{quoted(schema)}.meta", schema, list(REQUIRED_TABLES)),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        if row[0] is None:
+            if row[1]:
+                raise PermanentStoreError(
+                    f"schema {schema!r} has docket-like tables but no meta table, so its "
+                    "version is unknown; it was not written by docket-postgres"
+                )
+            return None
+        cur = await conn.execute(
+            sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema_version'").format(
+                sql.Identifier(schema)
+            )
+        )
+        found = await cur.fetchone()
+    except psycopg.Error as exc:
+        raise store_error(exc, sent=True, write=False) from exc
+    value = found[0] if found is not None else None
+    if not isinstance(value, str) or not value.isdigit() or int(value) < 1:
+        raise PermanentStoreError(
+            f"schema {schema!r} has no readable schema_version in its meta table"
+        )
+    return int(value)
+
+
+async def check_shape(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
+    """Refuse a schema that claims the current version but lacks one of its objects."""
+    try:
+        cur = await conn.execute(
+            "SELECT ARRAY(SELECT c.relname::text FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p')), "
+            "ARRAY(SELECT p.proname::text FROM pg_catalog.pg_proc p "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s)",
+            (schema, schema),
+        )
+        row = await cur.fetchone()
+    except psycopg.Error as exc:
+        raise store_error(exc, sent=True, write=False) from exc
+    tables, functions = (set(row[0]), set(row[1])) if row is not None else (set(), set())
+    missing = [t for t in REQUIRED_TABLES if t not in tables]
+    missing += [f"{f}()" for f in REQUIRED_FUNCTIONS if f not in functions]
+    if missing:
+        raise PermanentStoreError(
+            f"schema {schema!r} claims docket schema version {SCHEMA_VERSION} but lacks "
+            f"{', '.join(missing)}"
+        )
+
+
+def refuse(found: int | None, where: str, supported: int, *, older_ok: bool) -> None:
+    if found is not None and found > supported:
+        raise SchemaTooNew(where, found, supported)
+    if not older_ok and found is not None and found < supported:
+        raise SchemaTooOld(where, found, supported)
+
+
+def _lock_key(schema: str) -> str:
+    return f"docket:migrate:{schema}"
+
+
+async def apply_migrations(
+    conn: psycopg.AsyncConnection[Any],
+    schema: str,
+    where: str,
+    *,
+    upgrade: bool,
+    migrations: Sequence[Migration] = MIGRATIONS,
+) -> tuple[int | None, int]:
+    """Bring ``schema`` to the newest version of ``migrations`` in one transaction.
+
+    Takes a transaction-scoped advisory lock named after the schema first and reads the
+    version under it, so two processes racing to create or upgrade the same schema are
+    harmless. With ``upgrade=False`` only an empty schema (no docket objects) is
+    created; an older version raises :class:`SchemaTooOld`. A newer version raises
+    :class:`SchemaTooNew`. Any failure rolls the whole migration back.
+    """
+    top = max((v for v, _ in migrations), default=0)
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_lock_key(schema),)
+            )
+            found = await read_version(conn, schema)
+            refuse(found, where, top, older_ok=upgrade)
+            start = found or 0
+            if start == 0:
+                await conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
+                )
+            for version, statements in migrations:
+                if version <= start:
+                    continue
+                script = [render(statement, schema) for statement in statements]
+                script.append(_set_version_sql(schema, version))
+                # one round trip per step (simple query protocol: no parameters)
+                await conn.execute(";\n".join(script).encode())
+            if start == 0:
+                await conn.execute(
+                    render(
+                        "INSERT INTO @schema@.meta (key, value) "
+                        "VALUES ('created_at', clock_timestamp()::text) ON CONFLICT DO NOTHING",
+                        schema,
+                    ).encode()
+                )
+    except StoreError:
+        raise
+    except psycopg.Error as exc:
+        raise store_error(exc, sent=True, write=True) from exc
+    return found, top
+
+
+__all__ = [
+    "MIGRATIONS",
+    "NOTIFY_CHANNEL",
+    "REQUIRED_FUNCTIONS",
+    "REQUIRED_TABLES",
+    "SCHEMA_VERSION",
+    "Migration",
+    "apply_migrations",
+    "check_shape",
+    "migration_sql",
+    "quoted",
+    "read_version",
+    "refuse",
+    "render",
+    "schema_sql",
+]
