@@ -1068,15 +1068,7 @@ class PostgresBackend:
         valid = validate_commit_claimed(owner, proposal, events, self._limits)
         if not isinstance(valid, ValidTransition):
             return valid
-        return await self._commit(
-            owner,
-            proposal.transition_id,
-            proposal.expected_checkpoint_seq,
-            proposal.claim_token,
-            proposal.checkpoint_type,
-            proposal.schedule,
-            valid,
-        )
+        return await self._commit(owner, valid)
 
     async def commit_unclaimed(
         self,
@@ -1090,15 +1082,7 @@ class PostgresBackend:
         )
         if not isinstance(valid, ValidTransition):
             return valid
-        return await self._commit(
-            owner,
-            proposal.transition_id,
-            expected_checkpoint_seq,
-            None,
-            proposal.checkpoint_type,
-            proposal.schedule,
-            valid,
-        )
+        return await self._commit(owner, valid)
 
     def _stored(self, data: object, run_id: str) -> Run | Permanent:
         if not isinstance(data, bytes | bytearray | memoryview):
@@ -1108,16 +1092,11 @@ class PostgresBackend:
         except ValueError as exc:
             return Permanent(f"the stored run document {run_id!r} cannot be read: {exc}")
 
-    async def _commit(
-        self,
-        owner: OwnerScope,
-        transition_id: str,
-        expected: int,
-        token: str | None,
-        checkpoint_type: CheckpointType,
-        schedule: Schedule,
-        valid: ValidTransition,
-    ) -> TransitionResult:
+    async def _commit(self, owner: OwnerScope, valid: ValidTransition) -> TransitionResult:
+        transition_id, token = valid.transition_id, valid.claim_token
+        expected, schedule = valid.expected_checkpoint_seq, valid.schedule
+        checkpoint_type = valid.checkpoint_type
+        assert expected is not None and schedule is not None  # a commit carries both
         key = _key(owner)
         run = valid.run
         if not _storable(key, run.id, transition_id, token):

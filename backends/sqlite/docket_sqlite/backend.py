@@ -1107,15 +1107,7 @@ class SQLiteBackend:
         valid = validate_commit_claimed(owner, proposal, events, self._limits)
         if not isinstance(valid, ValidTransition):
             return valid
-        return await self._commit(
-            owner,
-            proposal.transition_id,
-            proposal.expected_checkpoint_seq,
-            proposal.claim_token,
-            proposal.checkpoint_type,
-            proposal.schedule,
-            valid,
-        )
+        return await self._commit(owner, valid)
 
     async def commit_unclaimed(
         self,
@@ -1129,26 +1121,13 @@ class SQLiteBackend:
         )
         if not isinstance(valid, ValidTransition):
             return valid
-        return await self._commit(
-            owner,
-            proposal.transition_id,
-            expected_checkpoint_seq,
-            None,
-            proposal.checkpoint_type,
-            proposal.schedule,
-            valid,
-        )
+        return await self._commit(owner, valid)
 
-    async def _commit(
-        self,
-        owner: OwnerScope,
-        transition_id: str,
-        expected: int,
-        token: str | None,
-        checkpoint_type: CheckpointType,
-        schedule: Schedule,
-        valid: ValidTransition,
-    ) -> TransitionResult:
+    async def _commit(self, owner: OwnerScope, valid: ValidTransition) -> TransitionResult:
+        transition_id, token = valid.transition_id, valid.claim_token
+        expected, schedule = valid.expected_checkpoint_seq, valid.schedule
+        checkpoint_type = valid.checkpoint_type
+        assert expected is not None and schedule is not None  # a commit carries both
         key = _key(owner)
         run = valid.run
         hashes = _content_hashes(valid)
