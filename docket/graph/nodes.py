@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import TypeAlias, cast
 
 import attrs
@@ -70,6 +71,8 @@ class NodeContext:
 
     ``attempt`` is 1-based. ``idempotency_key`` is stable for a given attempt, so a node
     with external effects can deduplicate them when an attempt is replayed after a crash.
+    ``deadline`` (by the runtime's clock) and ``timeout_ms`` say how long this attempt
+    may take; the executor sets them.
     """
 
     run_id: str
@@ -79,6 +82,8 @@ class NodeContext:
     config: JSONDict = attrs.field(factory=dict, converter=_json_map)
     source_versions: Mapping[str, int] = attrs.field(factory=dict)
     application: Mapping[str, object] = attrs.field(factory=dict)
+    deadline: datetime | None = None
+    timeout_ms: int | None = None
 
     @property
     def task_id(self) -> str:

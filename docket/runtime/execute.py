@@ -31,8 +31,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime, timedelta
 
-import attrs
-
 from docket.clock import system_clock
 from docket.core.outcomes import (
     Failed,
@@ -46,17 +44,7 @@ from docket.core.state import copy_dict
 from docket.graph.compiler import RuntimeGraph, RuntimeNode
 from docket.graph.nodes import NodeContext
 
-__all__ = ["NodeRunContext", "execute", "execute_one", "node_threads"]
-
-
-@attrs.frozen
-class NodeRunContext(NodeContext):
-    """The :class:`~docket.graph.nodes.NodeContext` plus what only the executor knows:
-    ``deadline`` (by the injected clock) and the effective ``timeout_ms`` of this attempt.
-    ``task_id`` and ``idempotency_key`` are derived from the identity fields."""
-
-    deadline: datetime | None = None
-    timeout_ms: int | None = None
+__all__ = ["execute", "execute_one", "node_threads"]
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -93,7 +81,7 @@ async def execute_one(
     """Run one attempt of ``node``; never raises for anything the node does (cancelling the
     caller still cancels it)."""
     timeout_ms = activation.timeout_ms
-    context = NodeRunContext(
+    context = NodeContext(
         run_id=activation.run_id,
         node_id=activation.node_id,
         step=activation.step,
