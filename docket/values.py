@@ -38,6 +38,7 @@ __all__ = [
     "JSONValue",
     "NonDurableValue",
     "canonical_json",
+    "canonical_json_of_checked",
     "coerce_durable",
     "content_hash",
     "durable_errors",
@@ -65,7 +66,16 @@ def durable_errors(value: object, path: str = "$", *, allow_guard_tag: bool = Fa
     return errors
 
 
+#: Exact types that are always durable leaves (subclasses take the full checks below).
+_LEAF_TYPES: frozenset[type] = frozenset({str, int, bool, type(None)})
+
+
 def _walk(value: object, path: str, errors: list[str], allow_guard: bool) -> None:
+    # Fast path: exact str/int/bool/None need no path and no recursion; the
+    # checks below decide everything else, in the same order as before.
+    cls = type(value)
+    if cls in _LEAF_TYPES:
+        return
     # bool before int: bool is a subclass of int and is its own durable kind.
     if value is None or isinstance(value, bool | str):
         return
@@ -77,6 +87,8 @@ def _walk(value: object, path: str, errors: list[str], allow_guard: bool) -> Non
         return
     if isinstance(value, list):
         for index, item in enumerate(value):
+            if type(item) in _LEAF_TYPES:
+                continue
             _walk(item, f"{path}[{index}]", errors, allow_guard)
         return
     if isinstance(value, dict):
@@ -87,12 +99,14 @@ def _walk(value: object, path: str, errors: list[str], allow_guard: bool) -> Non
             if key.startswith("$") and not (allow_guard and key == GUARD_TAG):
                 errors.append(f"{path}: key {key!r} starts with '$', which is reserved")
                 continue
+            if type(item) in _LEAF_TYPES:
+                continue
             _walk(item, f"{path}.{key}", errors, allow_guard)
         return
     if isinstance(value, tuple):
         errors.append(f"{path}: tuple is not durable (use a list)")
         return
-    errors.append(f"{path}: {type(value).__name__} is not durable")
+    errors.append(f"{path}: {cls.__name__} is not durable")
 
 
 def is_durable(value: object) -> bool:
@@ -141,6 +155,13 @@ def canonical_json(value: object) -> bytes:
     errors = durable_errors(value, allow_guard_tag=True)
     if errors:
         raise NonDurableValue(errors)
+    return canonical_json_of_checked(value)
+
+
+def canonical_json_of_checked(value: object) -> bytes:
+    """:func:`canonical_json` of a value the caller has *already* checked to be durable
+    (e.g. with :func:`durable_errors`): the same bytes, without walking the value again.
+    Never call it on unchecked input."""
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")

@@ -62,7 +62,14 @@ from docket.records import (
     run_to_json,
     tenant_id_of,
 )
-from docket.values import JSONValue, NonDurableValue, canonical_json, content_hash, sha256_hex
+from docket.values import (
+    JSONValue,
+    NonDurableValue,
+    canonical_json,
+    canonical_json_of_checked,
+    content_hash,
+    sha256_hex,
+)
 
 MAX_TOKEN_BYTES = 128
 
@@ -193,7 +200,10 @@ def _finish(
         if item.seq > run.event_seq:
             return _invalid(f"event[{item.seq}]: seq is past the run's event_seq {run.event_seq}")
         content = event_content(item)
-        size = len(canonical_json(item.payload)) + len(canonical_json(item.metadata))
+        # event_problems checked payload and metadata (strictly: no $guard): encode only.
+        size = len(canonical_json_of_checked(item.payload)) + len(
+            canonical_json_of_checked(item.metadata)
+        )
         if size > limits.max_event_bytes:
             return TooLarge("max_event_bytes", size, limits.max_event_bytes)
         seen = by_seq.get(item.seq)
