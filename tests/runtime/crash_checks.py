@@ -37,6 +37,7 @@ APP = "tests.runtime.worker_app:create"
 TTL = 2.0
 POLL = 0.5
 STEPS = 5
+HOLD_AFTER = "20"  # node attempts a crash test's victim runs before it starts hanging
 EXPECTED_OUTPUT = {"trail": [f"s{index}" for index in range(1, STEPS + 1)]}
 
 
@@ -86,6 +87,15 @@ def worker_processes() -> Iterator[list[subprocess.Popen[str]]]:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=10)
+
+
+def wait_ready(log_dir: Path, names: list[str], timeout: float = 60.0) -> None:
+    """Wait until each named worker has printed its start line (imports done, backend open)."""
+
+    def ready() -> bool:
+        return all("docket worker" in (log_dir / f"{name}.err").read_text() for name in names)
+
+    until(ready, timeout, f"workers {names} to start", 0.1)
 
 
 def until(predicate: Callable[[], bool], timeout: float, what: str, every: float = 0.05) -> None:
@@ -203,9 +213,17 @@ def sigkill_scenario(
     assert runs <= 1000  # one page of list_runs
     with SyncDocket(url, nodes=worker_app.NODES) as docket, worker_processes() as procs:
         ref = docket.save_graph(worker_app.FIVE_STEPS)
+        # the victim hangs in every node attempt after its first HOLD_AFTER, so it ends up
+        # holding claims on runs in mid-flight (heartbeating them) until it is killed
+        procs.append(
+            spawn_worker(
+                url, log_dir, "w0", concurrency=concurrency, DOCKET_TEST_HOLD_AFTER=HOLD_AFTER
+            )
+        )
         procs += [
-            spawn_worker(url, log_dir, f"w{i}", concurrency=concurrency) for i in range(workers)
+            spawn_worker(url, log_dir, f"w{i}", concurrency=concurrency) for i in range(1, workers)
         ]
+        wait_ready(log_dir, [f"w{i}" for i in range(workers)])
         started = time.monotonic()
         for index in range(runs):
             docket.start_run(ref, run_id=f"run-{index:03}")
@@ -226,7 +244,7 @@ def sigkill_scenario(
             held.difference_update(done)
             return len(held) >= 3
 
-        until(victim_is_busy, 60, "the victim to be busy and a fifth of the runs done", 0.02)
+        until(victim_is_busy, 60, "the victim to be busy and a fifth of the runs done", 0.1)
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
         killed = time.time()

@@ -13,6 +13,7 @@ from docket import SyncDocket
 from docket.records import RunStatus
 from tests.runtime import worker_app
 from tests.runtime.crash_checks import (
+    HOLD_AFTER,
     POLL,
     TTL,
     check_commit_log,
@@ -21,6 +22,7 @@ from tests.runtime.crash_checks import (
     replayed_attempts,
     spawn_worker,
     until,
+    wait_ready,
     worker_processes,
 )
 
@@ -54,7 +56,11 @@ def test_three_workers_finish_200_runs_through_a_sigkill_and_a_restart(tmp_path:
     runs = 200
     with SyncDocket(url, nodes=worker_app.NODES) as docket, worker_processes() as procs:
         ref = docket.save_graph(worker_app.FIVE_STEPS)
-        procs += [_spawn(tmp_path, f"w{i}") for i in range(3)]
+        # the victim (w0) hangs in every node attempt after its first HOLD_AFTER, so it
+        # ends up holding claims on runs in mid-flight until it is killed
+        procs.append(_spawn(tmp_path, "w0", DOCKET_TEST_HOLD_AFTER=HOLD_AFTER))
+        procs += [_spawn(tmp_path, f"w{i}") for i in range(1, 3)]
+        wait_ready(tmp_path, ["w0", "w1", "w2"])
         started = time.monotonic()
         for index in range(runs):
             docket.start_run(ref, run_id=f"run-{index:03}")
@@ -70,7 +76,7 @@ def test_three_workers_finish_200_runs_through_a_sigkill_and_a_restart(tmp_path:
             started = {line[1] for line in log_lines(tmp_path, "attempts") if line[0] == pid}
             return len(started & set(_claims(db))) >= 3
 
-        until(victim_holds_claims, 60, "the first worker to be busy and 40 runs done")
+        until(victim_holds_claims, 60, "the first worker to be busy and 40 runs done", 0.1)
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
         at_kill = _claims(db)

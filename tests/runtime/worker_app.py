@@ -10,7 +10,11 @@ Configured by environment variables, set by the test for each process:
 * ``DOCKET_TEST_CLAIM_TTL`` / ``DOCKET_TEST_POLL`` / ``DOCKET_TEST_SHUTDOWN`` — the
   claim TTL, poll interval and shutdown bound;
 * ``DOCKET_TEST_STALL`` — when set, the ``stall`` node of this process sleeps for a
-  minute instead of returning (a worker that will be killed mid-node).
+  minute instead of returning (a worker that will be killed mid-node);
+* ``DOCKET_TEST_HOLD_AFTER`` — when set to N, this process's ``step`` node runs its first
+  N attempts normally and then hangs in every later one, so the process ends up holding
+  claims on runs in mid-flight until it is killed (a crash test's victim is then busy at
+  a moment the test can wait for, however the machine schedules the workers).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from docket import (
 from docket.records import Checkpoint
 
 NODES = NodeRegistry()
+_steps_started = 0
 
 
 def _log(name: str, line: str) -> None:
@@ -47,7 +52,12 @@ def _log(name: str, line: str) -> None:
 
 @NODES.node("step")
 async def step(state: NodeState, ctx: NodeContext) -> dict[str, object]:
+    global _steps_started
     _log("attempts", f"{os.getpid()} {ctx.run_id} {ctx.node_id} {ctx.attempt} {time.time()}")
+    _steps_started += 1
+    hold_after = os.environ.get("DOCKET_TEST_HOLD_AFTER")
+    if hold_after is not None and _steps_started > int(hold_after):
+        await asyncio.sleep(3600)
     await asyncio.sleep(0.005)
     return {"trail": [ctx.node_id]}
 
