@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-PACKAGES := -e '.[test]' -e ./contract_tests -e ./backends/sqlite -e ./backends/postgres -e ./backends/redis
+PACKAGES := -e '.[test,otel,ui]' -e ./contract_tests -e ./backends/sqlite -e ./backends/postgres -e ./backends/redis
 
 .PHONY: venv demo test lint typecheck unit kit negative services clean
 
