@@ -32,6 +32,7 @@ typecheck: $(STAMP)
 
 services:
 	./scripts/ensure-services
+	./scripts/ensure-browser
 
 unit: $(STAMP) services
 	$(BIN)/python -m pytest -q

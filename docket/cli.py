@@ -11,7 +11,8 @@ application's :class:`~docket.Docket` — its backend, node registry and tenant 
 
     docket graph publish FILE.json    compile and store; prints the graph reference
     docket runs list|show|events|watch|cancel|retry|resolve
-    docket worker --app module:attr [--concurrency N] [--processes N]
+    docket worker --app module:attr [--concurrency N] [--processes N] [--ui-port N]
+    docket ui [--host 127.0.0.1] [--port 8787] [--token T] [--worker]   the web console
     docket migrate [--sql]            upgrade the store's schema (or print its DDL)
     docket backup DEST                a consistent copy of a SQLite database
     docket backends                   installed backends (and the chosen one's capabilities)
@@ -63,6 +64,7 @@ from docket.values import JSONValue
 __all__ = ["load_app", "main"]
 
 ENV_BACKEND = "DOCKET_BACKEND"
+ENV_UI_TOKEN = "DOCKET_UI_TOKEN"
 
 _UNKNOWN_NODES_HELP = (
     "the CLI has no node registry, so by default every implementation named in the file "
@@ -88,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_run_commands(commands)
     _add_worker_command(commands)
     _add_admin_commands(commands)
+    _add_ui_command(commands)
     args = parser.parse_args(argv)
     try:
         code: int = args.run(args)
@@ -562,6 +565,13 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     worker.add_argument(
         "--processes", type=int, default=1, help="worker processes to start (default 1)"
     )
+    worker.add_argument(
+        "--ui-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also serve the web console on 127.0.0.1:N (token from $DOCKET_UI_TOKEN)",
+    )
     worker.set_defaults(run=_worker)
 
 
@@ -570,7 +580,11 @@ def _worker(args: argparse.Namespace) -> int:
         raise _fail("--processes must be at least 1")
     if args.concurrency is not None and args.concurrency < 1:
         raise _fail("--concurrency must be at least 1")
+    if args.ui_port is not None and not 0 < args.ui_port < 65536:
+        raise _fail("--ui-port must be 1..65535")
     if args.processes > 1:
+        if args.ui_port is not None:
+            raise _fail("--ui-port serves from one process: use --processes 1 or docket ui")
         return _supervise(args)
     early: list[int] = []  # a stop signal that arrives while the app is still loading
 
@@ -580,10 +594,12 @@ def _worker(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, remember)
     docket = load_app(args.app)
-    return _run(_serve(docket, args.concurrency, early))
+    return _run(_serve(docket, args.concurrency, early, args.ui_port))
 
 
-async def _serve(docket: Docket, concurrency: int | None, early: list[int]) -> int:
+async def _serve(
+    docket: Docket, concurrency: int | None, early: list[int], ui_port: int | None = None
+) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -600,7 +616,17 @@ async def _serve(docket: Docket, concurrency: int | None, early: list[int]) -> i
             file=sys.stderr,
             flush=True,
         )
-        stats = await docket.run_worker(concurrency=concurrency, stop=stop)
+        if ui_port is None:
+            stats = await docket.run_worker(concurrency=concurrency, stop=stop)
+        else:
+            from docket.ui.serve import DEFAULT_HOST, serving_alongside
+
+            token = os.environ.get(ENV_UI_TOKEN) or None
+            async with serving_alongside(
+                docket, host=DEFAULT_HOST, port=ui_port, token=token
+            ) as console:
+                print(f"docket console: {console}", file=sys.stderr, flush=True)
+                stats = await docket.run_worker(concurrency=concurrency, stop=stop)
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items())) or "none"
     print(
         f"docket worker {os.getpid()} stopped: {stats.leases} leases, {stats.commits} commits, "
@@ -924,6 +950,48 @@ def _print_to_stderr(path: Path, diagnostics: Sequence[Diagnostic]) -> None:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+# -- docket ui --------------------------------------------------------------------------------
+
+
+def _add_ui_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ui = commands.add_parser("ui", help="serve the web console")
+    _connection_options(ui, tenant=False)
+    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=8787, help="port (default 8787)")
+    ui.add_argument(
+        "--token",
+        default=None,
+        help=f"access token every page needs (default: ${ENV_UI_TOKEN}; none: open console)",
+    )
+    ui.add_argument(
+        "--worker",
+        action="store_true",
+        help="also run a worker in this process (needs --app for the node implementations)",
+    )
+    ui.set_defaults(run=_ui)
+
+
+def _ui(args: argparse.Namespace) -> int:
+    try:
+        from docket.ui.serve import serve
+    except ImportError as exc:
+        raise _fail(f"the console needs the ui extra (pip install 'docket[ui]'): {exc}") from None
+    if not 0 < args.port < 65536:
+        raise _fail("--port must be 1..65535")
+    if args.worker and not args.app:
+        raise _fail("--worker needs --app (a worker runs the application's nodes)")
+    token = args.token or os.environ.get(ENV_UI_TOKEN) or None
+    docket = _docket(args)
+    if args.host not in ("127.0.0.1", "localhost", "::1") and token is None:
+        print(
+            f"docket ui: warning: listening on {args.host} without an access token",
+            file=sys.stderr,
+        )
+    print(f"docket console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+    serve(docket, host=args.host, port=args.port, token=token, run_worker=args.worker)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
