@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from docket.contract.capabilities import BackendContractError, negotiate
+from docket.contract.errors import Permanent as ContractPermanent
 from docket.contract.protocols import Backend
 from docket.contract.registry import UnknownBackend, available, from_url
-from docket.errors import DocketError
+from docket.errors import DocketError, Retryable
 from docket.facade import Docket, SyncDocket
 from docket.graph.compiler import CompileResult, compile_graph
 from docket.graph.model import Diagnostic, Graph
@@ -607,6 +608,8 @@ async def _serve(
             loop.add_signal_handler(signum, stop.set)
     if early:
         stop.set()
+    if not await _open_when_reachable(docket, stop):
+        return 0  # stopped before the store could be reached
     async with docket:
         settings = docket.settings
         print(
@@ -635,6 +638,39 @@ async def _serve(
         flush=True,
     )
     return 0
+
+
+def _gives_up_on(exc: Exception) -> bool:
+    """Whether opening the store failed for good: a contract or configuration error, or a
+    failure the backend classified as permanent (schema too new, authentication, ...).
+    Anything else (the server is down or restarting) is worth another try."""
+    if isinstance(exc, DocketError):
+        return not isinstance(exc, Retryable)
+    return isinstance(getattr(exc, "outcome", None), ContractPermanent)
+
+
+async def _open_when_reachable(docket: Docket, stop: asyncio.Event) -> bool:
+    """Open the Docket, retrying with capped backoff while the store is unreachable, so a
+    worker started during a database outage waits for it instead of exiting. False when
+    a stop signal came first."""
+    delay = 0.2
+    while not stop.is_set():
+        try:
+            await docket.open()
+            return True
+        except Exception as exc:
+            if _gives_up_on(exc):
+                raise
+            print(
+                f"docket worker {os.getpid()}: the store is not reachable yet "
+                f"({type(exc).__name__}: {exc}); retrying in {delay:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(delay * 2, 5.0)
+    return False
 
 
 def _supervise(args: argparse.Namespace) -> int:
