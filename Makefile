@@ -45,5 +45,13 @@ negative: $(STAMP)
 
 test: lint typecheck kit negative unit
 
+# The chaos campaign (bench/chaos.py, docs/guarantees.md): 500 runs, at least 30 worker
+# SIGKILLs per backend, 3 server restarts on PostgreSQL and Redis. Not part of `make test`.
+CHAOS := $(BIN)/python bench/chaos.py --runs 500 --min-kills 30 --kill-interval 1.5 --workers 4
+chaos: $(STAMP) services
+	$(CHAOS) --backend sqlite
+	$(CHAOS) --backend postgres --restart-db 3
+	$(CHAOS) --backend redis --restart-db 3
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

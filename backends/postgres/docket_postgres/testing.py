@@ -36,6 +36,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -131,9 +132,18 @@ class ThrowawayPostgres:
     starts and stops the server in a worker thread so the event loop is not blocked).
     """
 
-    def __init__(self, *, database: str = DATABASE, start_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        *,
+        database: str = DATABASE,
+        start_timeout: float = 60.0,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         self.database = database
         self.start_timeout = start_timeout
+        # overrides of the test tuning, e.g. {"synchronous_commit": "on"} for a server
+        # that must keep every acknowledged commit through a crash of its own processes
+        self.settings = {**_SETTINGS, **(settings or {})}
         self.port = 0
         self.host = "127.0.0.1"
         self.user = SUPERUSER
@@ -214,20 +224,9 @@ class ThrowawayPostgres:
                 with open(root / "data" / "postgresql.auto.conf", "a") as conf:
                     conf.write(f"port = {self.port}\n")
                     conf.write(f"unix_socket_directories = '{root}'\n")
-                    for key, value in _SETTINGS.items():
+                    for key, value in self.settings.items():
                         conf.write(f"{key} = {value}\n")
-                done = self._run(
-                    "pg_ctl",
-                    "-D",
-                    str(root / "data"),
-                    "-l",
-                    str(root / "server.log"),
-                    "-w",
-                    "-t",
-                    str(int(self.start_timeout)),
-                    "start",
-                    check=False,
-                )
+                done = self._pg_ctl_start(root)
                 if done.returncode == 0:
                     break
                 last = self._log_tail()
@@ -238,6 +237,48 @@ class ThrowawayPostgres:
             self.stop()
             raise
         return self
+
+    def _pg_ctl_start(self, root: Path) -> subprocess.CompletedProcess[str]:
+        return self._run(
+            "pg_ctl",
+            "-D",
+            str(root / "data"),
+            "-l",
+            str(root / "server.log"),
+            "-w",
+            "-t",
+            str(int(self.start_timeout)),
+            "start",
+            check=False,
+        )
+
+    def stop_server(self, *, mode: str = "immediate") -> None:
+        """Stop the server process but keep its data directory and port, for
+        :meth:`start_server`. ``mode`` is pg_ctl's: ``immediate`` is a crash (recovery
+        from the WAL at the next start), ``fast`` a clean shutdown."""
+        if mode not in ("smart", "fast", "immediate"):
+            raise ValueError(f"mode must be smart, fast or immediate, got {mode!r}")
+        root = self._root
+        if root is None:
+            raise ServerError("the server is not running")
+        self._run("pg_ctl", "-D", str(root / "data"), "-m", mode, "-w", "stop")
+
+    def start_server(self) -> None:
+        """Start the server stopped by :meth:`stop_server` again, same data, same port."""
+        root = self._root
+        if root is None:
+            raise ServerError("the server was never started (or was removed)")
+        done = self._pg_ctl_start(root)
+        if done.returncode != 0:
+            raise ServerError(f"the server did not start again: {self._log_tail()}")
+
+    def restart(self, *, mode: str = "immediate", down_for: float = 0.0) -> None:
+        """Stop the server (see :meth:`stop_server`), wait ``down_for`` seconds, start it
+        again on the same port with the same data directory."""
+        self.stop_server(mode=mode)
+        if down_for > 0:
+            time.sleep(down_for)
+        self.start_server()
 
     def _log_tail(self) -> str:
         assert self._root is not None

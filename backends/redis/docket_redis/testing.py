@@ -168,6 +168,18 @@ class RedisServer:
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
 
+    def restart(self, *, crash: bool = True, down_for: float = 0.0) -> None:
+        """Stop the server (SIGKILL when ``crash``, else SIGTERM), wait ``down_for``
+        seconds, start it again in the same directory on the same port. Only what its
+        AOF holds survives (``redis_server(appendonly=True)``)."""
+        if crash:
+            self.kill()
+        else:
+            self.stop()
+        if down_for > 0:
+            time.sleep(down_for)
+        self.start()
+
     def command(self, *args: str) -> str:
         return command(self.port, *args)
 

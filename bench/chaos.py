@@ -1,0 +1,710 @@
+"""The chaos campaign: worker processes killed at random, the database restarted, and
+everything checked afterwards.
+
+::
+
+    python bench/chaos.py --backend sqlite --runs 500 --min-kills 30
+    python bench/chaos.py --backend postgres --runs 500 --min-kills 30 --restart-db 3
+    python bench/chaos.py --backend redis --runs 500 --min-kills 30 --restart-db 3
+    python bench/chaos.py --url postgresql://... --runs 100      # a server of your own
+    python bench/chaos.py --backend postgres --measure-recovery 30
+
+Without ``--url`` it starts its own store: a temporary SQLite file, a throwaway
+PostgreSQL server (``synchronous_commit=on``, restarted with ``pg_ctl -m immediate``, a
+crash of the server's processes) or a throwaway ``redis-server`` (AOF fsynced before
+every reply, restarted with SIGKILL).
+
+The campaign starts ``--workers`` ``docket worker --app bench.chaos_app:create``
+processes and submits ``--runs`` runs of the graph in :mod:`bench.chaos_app` (a chain, a
+fan-out with a fan-in barrier, a node that fails its first attempt and is retried after a
+backoff timer, an interrupt this harness answers). Submissions are spread over the kill
+phase; every ``--kill-interval`` seconds a random worker gets SIGKILL and a fresh one is
+started in its place, until at least ``--min-kills`` kills happened and every run is
+submitted; ``--restart-db`` restarts of the server are spread over the same phase. Then
+the workers drain what is left, are stopped with SIGTERM, and the harness checks:
+
+* from the store (the facade's reads, plus one raw count per backend): every run is done
+  with the output computed from its input; its event sequences are 1..event_seq and its
+  ``checkpoint_committed`` marks exactly 1..checkpoint_seq (no gap, none twice); it holds
+  no claim and is not poisoned; the store recorded one transition per checkpoint;
+* from the workers' commit logs: no ``(run, checkpoint seq)`` committed by two writers;
+* from the side log (one line per node execution): every task of every run executed,
+  every completed task of the event history among them, and a task attempt executed
+  more than once only where a kill or a database restart explains it — each execution
+  but the last was by a worker killed afterwards, or ran within ``claim_ttl + 2 s`` of a
+  restart window;
+* no worker process died on its own, and each stopped cleanly (exit 0) at the end.
+
+The last line is ``chaos: backend=<name> runs=R completed=C lost=L duplicate_commits=D
+gaps=G wrong_outputs=W kills=K db_restarts=N``; the exit status is 1 on any violation.
+
+``--measure-recovery M`` measures the recovery bound instead: M times, a victim worker
+hangs in its node executions (keeping its claims alive with heartbeats), is killed at a
+random moment of its heartbeat cycle, and the time from the SIGKILL to the first commit
+by another worker on a run the victim held is recorded; it prints p50/p99/max against
+the declared bound ``claim_ttl + poll_interval``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import attrs
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as ``python bench/chaos.py``
+    sys.path.insert(0, str(ROOT))
+
+from bench import chaos_app  # noqa: E402
+from docket import SyncDocket  # noqa: E402
+from docket.errors import AlreadyResolved, Conflict, InactiveRun  # noqa: E402
+from docket.records import InterruptStatus, RunStatus  # noqa: E402
+
+APP = "bench.chaos_app:create"
+RESTART_SLACK = 2.0  # seconds, on top of the claim TTL, around a restart window
+
+
+# -- the store ----------------------------------------------------------------------------------
+
+
+@attrs.define
+class Store:
+    """Where the campaign runs: a URL, and how to restart the server (None: cannot)."""
+
+    name: str
+    url: str
+    restart: Callable[[], None] | None
+    raw_transitions: Callable[[list[str]], dict[str, int]] | None = None
+
+
+def _backend_name(url: str) -> str:
+    scheme = url.split(":", 1)[0]
+    if scheme.startswith("postgres"):
+        return "postgres"
+    if scheme.startswith("redis"):
+        return "redis"
+    return scheme
+
+
+@contextlib.contextmanager
+def open_store(args: argparse.Namespace, directory: Path) -> Iterator[Store]:
+    if args.url:
+        yield Store(_backend_name(args.url), args.url, None)
+        return
+    if args.backend == "sqlite":
+        path = directory / "chaos.db"
+        yield Store("sqlite", f"sqlite:///{path}", None, lambda ids: _sqlite_transitions(path))
+    elif args.backend == "postgres":
+        from docket_postgres.testing import ThrowawayPostgres
+
+        # synchronous_commit=on: an acknowledged commit is in the WAL (written to the OS)
+        # before the answer, so a crash of the server's processes keeps it
+        with ThrowawayPostgres(settings={"synchronous_commit": "on"}) as server:
+            url = server.url(schema="chaos")
+            yield Store(
+                "postgres",
+                url,
+                lambda: server.restart(mode="immediate", down_for=args.db_down),
+                lambda ids: _postgres_transitions(server.conninfo()),
+            )
+    else:
+        from docket_redis.testing import redis_server, with_prefix
+
+        with redis_server(appendonly=True, appendfsync="always") as redis:
+            yield Store(
+                "redis",
+                with_prefix(redis.url, "chaos"),
+                lambda: redis.restart(crash=True, down_for=args.db_down),
+                lambda ids: _redis_transitions(redis.port, ids),
+            )
+
+
+def _sqlite_transitions(path: Path) -> dict[str, int]:
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        rows = conn.execute(
+            "SELECT run_id, count(*) FROM docket_transitions GROUP BY run_id"
+        ).fetchall()
+    return {str(run_id): int(count) for run_id, count in rows}
+
+
+def _postgres_transitions(conninfo: str) -> dict[str, int]:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT run_id, count(*) FROM chaos.transitions GROUP BY run_id"
+        ).fetchall()
+    return {str(run_id): int(count) for run_id, count in rows}
+
+
+def _redis_transitions(port: int, run_ids: list[str]) -> dict[str, int]:
+    import redis
+    from docket_redis.keys import Namespace
+
+    from docket.records import owner_scope
+
+    keys = Namespace("chaos").scope(owner_scope(None))
+    client = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        return {run_id: int(client.hlen(keys.transitions(run_id))) for run_id in run_ids}
+    finally:
+        client.close()
+
+
+# -- workers --------------------------------------------------------------------------------------
+
+
+@attrs.define
+class Workers:
+    """The worker processes of a campaign, by name (``w0``, ``w1``, …)."""
+
+    url: str
+    directory: Path
+    ttl: float
+    poll: float
+    concurrency: int
+    live: dict[str, subprocess.Popen[bytes]] = attrs.field(factory=dict)
+    killed: dict[str, float] = attrs.field(factory=dict)  # name -> unix time of the SIGKILL
+    died: list[str] = attrs.field(factory=list)  # exited without being told to
+    failed_at_start: list[str] = attrs.field(factory=list)  # died before opening the store
+    count: int = 0
+
+    def spawn(self, **extra: str) -> str:
+        name = f"w{self.count}"
+        self.count += 1
+        env = dict(os.environ)
+        env.update(
+            DOCKET_BACKEND=self.url,
+            DOCKET_CHAOS_DIR=str(self.directory),
+            DOCKET_CHAOS_WORKER=name,
+            DOCKET_CHAOS_TTL=str(self.ttl),
+            DOCKET_CHAOS_POLL=str(self.poll),
+            **extra,
+        )
+        self.live[name] = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                # ``docket worker``, the command line's entry point (as the console script)
+                "import sys; from docket.cli import main; sys.exit(main(sys.argv[1:]))",
+                "worker",
+                "--app",
+                APP,
+                "--concurrency",
+                str(self.concurrency),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=(self.directory / f"{name}.err").open("wb"),
+        )
+        return name
+
+    def ready(self, name: str) -> bool:
+        return "docket worker" in (self.directory / f"{name}.err").read_text(errors="replace")
+
+    def wait_ready(self, names: list[str], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not all(self.ready(name) for name in names):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"workers {names} did not start within {timeout}s")
+            for name in names:
+                if self.live[name].poll() is not None:
+                    raise RuntimeError(f"worker {name} exited at start: {self.tail(name)}")
+            time.sleep(0.05)
+
+    def tail(self, name: str) -> str:
+        return (self.directory / f"{name}.err").read_text(errors="replace")[-1500:]
+
+    def kill(self, name: str) -> float:
+        proc = self.live.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        at = time.time()
+        proc.wait(timeout=10)
+        self.killed[name] = at
+        return at
+
+    def reap(self) -> list[str]:
+        """Workers that exited on their own (a bug: a worker must outlive any store
+        trouble); they are replaced."""
+        gone = [name for name, proc in self.live.items() if proc.poll() is not None]
+        for name in gone:
+            del self.live[name]
+            # a worker started while the server is down waits for it (docket worker
+            # retries opening the store), so leaving early is a bug as well
+            self.died.append(name)
+            if not self.ready(name):
+                self.failed_at_start.append(name)
+            self.spawn()
+        return gone
+
+    def stop_all(self, timeout: float = 30.0) -> dict[str, int | None]:
+        # a worker still importing has no SIGTERM handler yet: let it start first
+        self.reap()
+        self.wait_ready(sorted(self.live))
+        for proc in self.live.values():
+            proc.send_signal(signal.SIGTERM)
+        codes: dict[str, int | None] = {}
+        for name, proc in self.live.items():
+            try:
+                codes[name] = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+                codes[name] = None
+        self.live.clear()
+        return codes
+
+    def kill_all(self) -> None:
+        for proc in self.live.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+        self.live.clear()
+
+
+def read_lines(directory: Path, prefix: str) -> list[list[str]]:
+    out: list[list[str]] = []
+    for path in sorted(directory.glob(f"{prefix}-*.log")):
+        out += [line.split() for line in path.read_text().splitlines() if line.strip()]
+    return out
+
+
+# -- the harness's side of the runs -----------------------------------------------------------
+
+
+def run_id_of(index: int) -> str:
+    return f"chaos-{index:05}"
+
+
+def n_of(run_id: str) -> int:
+    return int(run_id.rsplit("-", 1)[1])
+
+
+class Driver:
+    """Submits runs and answers their interrupts, tolerating a store that is away."""
+
+    def __init__(self, docket: SyncDocket, graph: object) -> None:
+        self.docket = docket
+        self.graph = graph
+        self.submitted = 0
+        self.resolved = 0
+        self.store_errors = 0
+
+    def submit_until(self, count: int) -> None:
+        from docket.records import GraphRef
+
+        assert isinstance(self.graph, GraphRef)
+        while self.submitted < count:
+            run_id = run_id_of(self.submitted)
+            try:
+                self.docket.start_run(self.graph, {"n": self.submitted}, run_id=run_id)
+            except Conflict:
+                pass  # an earlier try landed though its answer was lost
+            except Exception:  # the store is away (each backend has its own error types)
+                self.store_errors += 1
+                return  # the store is away: try again next tick
+            self.submitted += 1
+
+    def statuses(self) -> dict[str, RunStatus] | None:
+        out: dict[str, RunStatus] = {}
+        before = None
+        try:
+            while True:
+                page = self.docket.list_runs(limit=1000, before=before)
+                out.update({summary.id: summary.status for summary in page.runs})
+                if not page.has_more:
+                    return out
+                before = page.next_before
+        except Exception:  # the store is away (each backend has its own error types)
+            self.store_errors += 1
+            return None
+
+    def resolve_waiting(self, statuses: dict[str, RunStatus]) -> None:
+        for run_id, status in statuses.items():
+            if status is not RunStatus.WAITING:
+                continue
+            try:
+                run = self.docket.fetch_run(run_id)
+                for interrupt in run.interrupts.values():
+                    if interrupt.status is InterruptStatus.OPEN:
+                        n = run.input["n"]
+                        assert isinstance(n, int)
+                        self.docket.resolve_interrupt(
+                            run_id, interrupt.id, chaos_app.approval_for(n)
+                        )
+                        self.resolved += 1
+            except (AlreadyResolved, InactiveRun):
+                pass
+            except Exception:  # the store is away (each backend has its own error types)
+                self.store_errors += 1
+                return
+
+
+# -- the campaign ---------------------------------------------------------------------------------
+
+
+@attrs.define
+class Verdict:
+    completed: int = 0
+    lost: int = 0
+    duplicate_commits: int = 0
+    gaps: int = 0
+    wrong_outputs: int = 0
+    problems: list[str] = attrs.field(factory=list)
+
+    def problem(self, text: str) -> None:
+        if len(self.problems) < 30:
+            self.problems.append(text)
+
+
+def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
+    rng = random.Random(args.seed)
+    workers = Workers(store.url, directory, args.claim_ttl, args.poll, args.concurrency)
+    restarts: list[tuple[float, float]] = []
+    started = time.monotonic()
+    with SyncDocket(store.url, nodes=chaos_app.NODES) as docket:
+        driver = Driver(docket, docket.save_graph(chaos_app.GRAPH))
+        try:
+            names = [workers.spawn() for _ in range(args.workers)]
+            workers.wait_ready(names)
+            # the kill phase: submissions and restarts are spread over it
+            phase = max(args.min_kills * args.kill_interval, 1.0)
+            phase_start = time.monotonic()
+            restart_at = [
+                phase_start + phase * (i + 1) / (args.restart_db + 1)
+                for i in range(args.restart_db)
+            ]
+            next_kill = phase_start + args.kill_interval
+            deadline = phase_start + args.timeout
+            statuses: dict[str, RunStatus] = {}
+            while True:
+                now = time.monotonic()
+                if now > deadline:
+                    print(f"chaos: timed out after {args.timeout}s", file=sys.stderr)
+                    break
+                share = min(1.0, (now - phase_start) / (phase * 0.8))
+                driver.submit_until(round(args.runs * share))
+                killing = len(workers.killed) < args.min_kills or driver.submitted < args.runs
+                if killing and now >= next_kill and workers.live:
+                    victim = rng.choice(sorted(workers.live))
+                    workers.kill(victim)
+                    workers.spawn()
+                    next_kill = now + args.kill_interval * rng.uniform(0.5, 1.5)
+                if restart_at and now >= restart_at[0] and store.restart is not None:
+                    restart_at.pop(0)
+                    began = time.time()
+                    store.restart()
+                    restarts.append((began, time.time()))
+                for name in workers.reap():
+                    print(f"chaos: worker {name} died on its own:\n{workers.tail(name)}")
+                fresh = driver.statuses()
+                if fresh is not None:
+                    statuses = fresh
+                    driver.resolve_waiting(statuses)
+                    finished = sum(1 for s in statuses.values() if s.terminal)
+                    if (
+                        driver.submitted == args.runs
+                        and not killing
+                        and not restart_at
+                        and finished == args.runs
+                    ):
+                        break
+                time.sleep(0.2)
+            elapsed = time.monotonic() - started
+            codes = workers.stop_all()
+        finally:
+            workers.kill_all()
+        verdict = verify(args, store, docket, directory, workers, restarts)
+    bad_exits = {name: code for name, code in codes.items() if code != 0}
+    side = read_lines(directory, "side")
+    print(
+        f"chaos: {args.workers} workers x {args.concurrency} slots, ttl={args.claim_ttl}s "
+        f"poll={args.poll}s; {len(side)} node executions, {driver.resolved} interrupts "
+        f"answered, {driver.store_errors} harness calls refused while the store was away, "
+        f"{len(workers.failed_at_start)} workers died before opening it; {elapsed:.1f}s"
+    )
+    for text in verdict.problems:
+        print(f"chaos: VIOLATION {text}")
+    for name in workers.died:
+        print(f"chaos: VIOLATION worker {name} exited on its own")
+    for name, code in bad_exits.items():
+        print(f"chaos: VIOLATION worker {name} ended with {code} after SIGTERM")
+    print(
+        f"chaos: backend={store.name} runs={args.runs} completed={verdict.completed} "
+        f"lost={verdict.lost} duplicate_commits={verdict.duplicate_commits} "
+        f"gaps={verdict.gaps} wrong_outputs={verdict.wrong_outputs} "
+        f"kills={len(workers.killed)} db_restarts={len(restarts)}"
+    )
+    failed = (
+        verdict.problems
+        or workers.died
+        or bad_exits
+        or verdict.completed != args.runs
+        or len(workers.killed) < args.min_kills
+        or len(restarts) < args.restart_db
+    )
+    return 1 if failed else 0
+
+
+def verify(
+    args: argparse.Namespace,
+    store: Store,
+    docket: SyncDocket,
+    directory: Path,
+    workers: Workers,
+    restarts: list[tuple[float, float]],
+) -> Verdict:
+    verdict = Verdict()
+    run_ids = [run_id_of(index) for index in range(args.runs)]
+    completed_tasks: dict[str, set[str]] = defaultdict(set)
+    checkpoints: dict[str, int] = {}
+    from docket.errors import NotFound
+    from docket.records import EventType
+
+    for run_id in run_ids:
+        try:
+            info = docket.inspect_run(run_id)
+        except NotFound:
+            verdict.lost += 1
+            verdict.problem(f"{run_id}: not found")
+            continue
+        run = info.run
+        checkpoints[run_id] = run.checkpoint_seq
+        if run.status is not RunStatus.DONE:
+            verdict.lost += 1
+            verdict.problem(f"{run_id}: {run.status} (poisoned: {info.poison_reason})")
+        else:
+            verdict.completed += 1
+            if run.output != chaos_app.expected_output(n_of(run_id)):
+                verdict.wrong_outputs += 1
+                verdict.problem(f"{run_id}: output {run.output}")
+        if info.claimed_at is not None:
+            verdict.problem(f"{run_id}: still claimed at {info.claimed_at}")
+        if info.poisoned:
+            verdict.problem(f"{run_id}: poisoned ({info.poison_reason})")
+        events = docket.history(run_id)
+        seqs = [event.seq for event in events]
+        marks = [
+            int(str(event.metadata["checkpoint_seq"]))
+            for event in events
+            if event.type is EventType.CHECKPOINT_COMMITTED
+        ]
+        if seqs != list(range(1, run.event_seq + 1)):
+            verdict.gaps += 1
+            verdict.problem(f"{run_id}: event sequences {seqs[:5]}… of {run.event_seq}")
+        elif sorted(set(marks)) != list(range(1, run.checkpoint_seq + 1)):
+            verdict.gaps += 1
+            verdict.problem(f"{run_id}: checkpoint marks {marks} of {run.checkpoint_seq}")
+        if len(marks) != len(set(marks)):
+            verdict.duplicate_commits += 1
+            verdict.problem(f"{run_id}: checkpoint marks {marks}")
+        for event in events:
+            if event.type is EventType.NODE_COMPLETED and event.node_id is not None:
+                completed_tasks[run_id].add(f"{run_id}:{event.step}:{event.node_id}")
+
+    # one recorded transition per checkpoint, counted in the store itself
+    if store.raw_transitions is not None:
+        recorded = store.raw_transitions(run_ids)
+        for run_id, seq in checkpoints.items():
+            if recorded.get(run_id, 0) != seq:
+                verdict.duplicate_commits += recorded.get(run_id, 0) > seq
+                verdict.gaps += recorded.get(run_id, 0) < seq
+                verdict.problem(f"{run_id}: {recorded.get(run_id)} transitions, {seq} checkpoints")
+
+    # the workers' own commit logs: no checkpoint committed by two writers
+    commits = Counter((line[1], line[2]) for line in read_lines(directory, "commits"))
+    twice = sorted(pair for pair, count in commits.items() if count > 1)
+    if twice:
+        verdict.duplicate_commits += len({run_id for run_id, _ in twice})
+        verdict.problem(f"committed twice per the worker logs: {twice[:5]}")
+
+    check_side_log(args, directory, run_ids, completed_tasks, workers, restarts, verdict)
+    return verdict
+
+
+def check_side_log(
+    args: argparse.Namespace,
+    directory: Path,
+    run_ids: list[str],
+    completed_tasks: dict[str, set[str]],
+    workers: Workers,
+    restarts: list[tuple[float, float]],
+    verdict: Verdict,
+) -> None:
+    # exec <run> <task id> <attempt> <key> <worker> <pid> <time>
+    executions: dict[tuple[str, str, int], list[tuple[float, str]]] = defaultdict(list)
+    for _, run, task_id, number, key, name, _pid, when in read_lines(directory, "side"):
+        if key != f"{task_id}:{number}":
+            verdict.problem(f"{task_id}: idempotency key {key} for attempt {number}")
+        executions[(run, task_id, int(number))].append((float(when), name))
+    per_run: dict[str, Counter[tuple[str, int]]] = defaultdict(Counter)
+    executed: dict[str, set[str]] = defaultdict(set)
+    for run, task_id, attempt_no in executions:
+        per_run[run][(task_id.rsplit(":", 1)[1], attempt_no)] += 1
+        executed[run].add(task_id)
+    for run_id in run_ids:
+        if per_run[run_id] != Counter(chaos_app.EXPECTED_TASKS):
+            verdict.problem(f"{run_id}: executed tasks {dict(per_run[run_id])}")
+        missing = completed_tasks.get(run_id, set()) - executed[run_id]
+        if missing:
+            verdict.problem(f"{run_id}: completed without an execution: {sorted(missing)}")
+
+    slack = args.claim_ttl + RESTART_SLACK
+    reexecuted = unexplained = 0
+    for (_, task, attempt), runs in executions.items():
+        if len(runs) < 2:
+            continue
+        reexecuted += 1
+        for at, worker in sorted(runs)[:-1]:
+            killed_at = workers.killed.get(worker)
+            by_kill = killed_at is not None and killed_at >= at
+            by_restart = any(began - slack <= at <= ended + slack for began, ended in restarts)
+            if not (by_kill or by_restart):
+                unexplained += 1
+                verdict.problem(
+                    f"{task} attempt {attempt}: executed by {worker} at {at:.3f} and again, "
+                    "with no kill or restart to explain it"
+                )
+    print(
+        f"chaos: task attempts executed more than once: {reexecuted} (unexplained: {unexplained})"
+    )
+
+
+# -- the recovery bound -------------------------------------------------------------------------
+
+
+def measure_recovery(args: argparse.Namespace, store: Store, directory: Path) -> int:
+    rng = random.Random(args.seed)
+    workers = Workers(store.url, directory, args.claim_ttl, args.poll, args.concurrency)
+    bound = args.claim_ttl + args.poll
+    samples: list[float] = []
+    missed = 0
+    with SyncDocket(store.url, nodes=chaos_app.NODES) as docket:
+        driver = Driver(docket, docket.save_graph(chaos_app.GRAPH))
+        try:
+            survivors = [workers.spawn() for _ in range(max(1, args.workers - 1))]
+            workers.wait_ready(survivors)
+            for _ in range(args.measure_recovery):
+                victim = workers.spawn(DOCKET_CHAOS_HOLD_AFTER=str(rng.randint(2, 8)))
+                workers.wait_ready([victim])
+                held: set[str] = set()
+                deadline = time.monotonic() + 60
+                while not held:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the victim never held a run")
+                    driver.submit_until(driver.submitted + 4)
+                    statuses = driver.statuses()
+                    if statuses is not None:
+                        driver.resolve_waiting(statuses)
+                    time.sleep(0.1)
+                    held = {line[1] for line in read_lines(directory, "hold") if line[3] == victim}
+                # a random point of the victim's heartbeat cycle
+                time.sleep(rng.uniform(0, args.claim_ttl / 3))
+                held = {line[1] for line in read_lines(directory, "hold") if line[3] == victim}
+                killed_at = workers.kill(victim)
+                recovered: float | None = None
+                until = time.monotonic() + 3 * bound + 10
+                while recovered is None and time.monotonic() < until:
+                    later = [
+                        float(line[4])
+                        for line in read_lines(directory, "commits")
+                        if line[1] in held and line[3] != victim and float(line[4]) > killed_at
+                    ]
+                    if later:
+                        recovered = min(later) - killed_at
+                    else:
+                        time.sleep(0.02)
+                if recovered is None:
+                    missed += 1
+                else:
+                    samples.append(recovered)
+                statuses = driver.statuses()
+                if statuses is not None:
+                    driver.resolve_waiting(statuses)
+            workers.stop_all()
+        finally:
+            workers.kill_all()
+    if not samples:
+        print(f"recovery: backend={store.name} no recovery observed")
+        return 1
+    ordered = sorted(samples)
+    p50 = statistics.median(ordered)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    print(
+        f"recovery: backend={store.name} kills={len(samples)} missed={missed} "
+        f"p50={p50:.2f}s p99={p99:.2f}s min={ordered[0]:.2f}s max={ordered[-1]:.2f}s "
+        f"bound={bound:.2f}s (claim_ttl={args.claim_ttl}s + poll_interval={args.poll}s)"
+    )
+    return 1 if missed else 0
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--backend", choices=("sqlite", "postgres", "redis"), default="sqlite")
+    where.add_argument("--url", help="a store of your own (no --restart-db then)")
+    parser.add_argument("--workers", type=int, default=4, help="worker processes")
+    parser.add_argument("--concurrency", type=int, default=8, help="slots per worker")
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--kill-interval", type=float, default=1.5, help="seconds, on average")
+    parser.add_argument("--min-kills", type=int, default=30)
+    parser.add_argument("--restart-db", type=int, default=0, help="server restarts")
+    parser.add_argument(
+        "--db-down", type=float, default=1.0, help="seconds a restart keeps it down"
+    )
+    parser.add_argument("--claim-ttl", type=float, default=2.0)
+    parser.add_argument("--poll", type=float, default=0.25, help="worker poll interval")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--timeout", type=float, default=600.0, help="give up after (seconds)")
+    parser.add_argument("--keep", action="store_true", help="keep the campaign directory")
+    parser.add_argument(
+        "--measure-recovery", type=int, default=0, metavar="M", help="measure M recoveries"
+    )
+    args = parser.parse_args(argv)
+    if args.restart_db and (args.url or args.backend == "sqlite"):
+        parser.error("--restart-db needs a PostgreSQL or Redis server started by this script")
+    if args.runs < 1 or args.workers < 1 or args.concurrency < 1 or args.kill_interval <= 0:
+        parser.error("--runs, --workers, --concurrency and --kill-interval must be positive")
+    if args.seed is None:
+        args.seed = random.randrange(1 << 30)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    # the harness's own connections complain about every restart; the campaign counts them
+    for name in ("docket_postgres", "docket_redis", "psycopg", "docket.runtime"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    directory = Path(tempfile.mkdtemp(prefix="docket-chaos-"))
+    try:
+        with open_store(args, directory) as store:
+            print(f"chaos: seed={args.seed} directory={directory}", flush=True)
+            if args.measure_recovery:
+                return measure_recovery(args, store, directory)
+            return campaign(args, store, directory)
+    finally:
+        if not args.keep:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The application and graph of the chaos campaign (``bench/chaos.py``).
+
+Worker processes load it with ``docket worker --app bench.chaos_app:create``; the harness
+imports it for the graph, the node registry and the expected output. Configured through
+the environment the harness sets for each process:
+
+* ``DOCKET_BACKEND`` — the backend URL;
+* ``DOCKET_CHAOS_DIR`` — the campaign directory; every node execution appends one line
+  ``exec <run> <task id> <attempt> <idempotency key> <worker> <pid> <unix time>`` to
+  ``side-<worker>.log`` there, and every commit this process makes appends
+  ``commit <run> <checkpoint seq> <worker> <unix time>`` to ``commits-<worker>.log``;
+* ``DOCKET_CHAOS_WORKER`` — this process's name in those logs (``w0``, ``w1``, …);
+* ``DOCKET_CHAOS_TTL`` / ``DOCKET_CHAOS_POLL`` — claim TTL and poll interval;
+* ``DOCKET_CHAOS_SABOTAGE`` — comma-separated faults for the harness's own negative
+  control: ``wrong_output`` (run ``chaos-00003`` ends with a result off by one),
+  ``double_exec`` (node ``a`` of run ``chaos-00005`` logs two executions, as if it had been
+  re-executed with no kill to explain it);
+* ``DOCKET_CHAOS_HOLD_AFTER`` — when set to N, node executions after the N-th of this
+  process hang (after logging a ``hold`` line), so the process keeps claims on runs in
+  mid-flight, heartbeating them, until it is killed (the recovery measurement's victim).
+
+The graph, for an input ``n``::
+
+    $start -> a -> b -> {f1, f2, f3} ==fan-in==> join -> review -> total -> $finish
+
+``a``, ``b``: a chain. ``f1..f3``: a fan-out, each appending ``n * k`` to ``parts``.
+``join`` fails its first attempt (retryable) and succeeds on the second, after a backoff
+timer. ``review`` asks for ``approval`` with an interrupt the harness answers with
+``approval_for(n)``. ``total`` writes ``sum(parts) + approval + n``. The output is
+computed from the input alone (:func:`expected_output`), so a lost or doubled write shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from docket import (
+    FINISH,
+    START,
+    CommitContext,
+    Docket,
+    Failure,
+    GraphBuilder,
+    Interrupt,
+    NodeContext,
+    NodeRegistry,
+    NodeState,
+    R,
+    RetryPolicy,
+    S,
+)
+from docket.records import Checkpoint
+from docket.values import JSONValue
+
+NODES = NodeRegistry()
+FAN_OUT = ("f1", "f2", "f3")
+TRAIL = ["a", "b", *FAN_OUT, "join", "review", "total"]
+JOIN_BACKOFF_MS = 300
+#: (node id, attempt) of every task one run executes; ``review`` runs twice (its interrupt,
+#: then again once answered), at two different steps, so it is two tasks.
+EXPECTED_TASKS: dict[tuple[str, int], int] = {
+    ("a", 1): 1,
+    ("b", 1): 1,
+    **{(node, 1): 1 for node in FAN_OUT},
+    ("join", 1): 1,
+    ("join", 2): 1,
+    ("review", 1): 2,
+    ("total", 1): 1,
+}
+
+NODE_SECONDS = 0.02
+_executions = 0
+
+
+def approval_for(n: int) -> int:
+    return 7 * n + 1
+
+
+def expected_output(n: int) -> dict[str, JSONValue]:
+    parts = sum(n * k for k in range(1, len(FAN_OUT) + 1))
+    return {"result": parts + approval_for(n) + n, "trail": list(TRAIL)}
+
+
+def _append(name: str, line: str) -> None:
+    directory = os.environ.get("DOCKET_CHAOS_DIR")
+    if not directory:
+        return
+    worker = os.environ.get("DOCKET_CHAOS_WORKER", "local")
+    # one write(2) on an O_APPEND descriptor: a SIGKILL cannot leave half a line
+    fd = os.open(
+        Path(directory) / f"{name}-{worker}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+    )
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+async def _executed(ctx: NodeContext) -> None:
+    """Log this execution to the side log, then hang if this process is a victim."""
+    global _executions
+    worker = os.environ.get("DOCKET_CHAOS_WORKER", "local")
+    _append(
+        "side",
+        f"exec {ctx.run_id} {ctx.task_id} {ctx.attempt} {ctx.idempotency_key} {worker} "
+        f"{os.getpid()} {time.time():.6f}",
+    )
+    _executions += 1
+    if "double_exec" in _sabotage() and ctx.node_id == "a" and ctx.run_id == "chaos-00005":
+        _append(
+            "side",
+            f"exec {ctx.run_id} {ctx.task_id} {ctx.attempt} {ctx.idempotency_key} "
+            f"{worker} {os.getpid()} {time.time():.6f}",
+        )
+    hold_after = os.environ.get("DOCKET_CHAOS_HOLD_AFTER")
+    if hold_after is not None and _executions > int(hold_after):
+        _append("hold", f"hold {ctx.run_id} {ctx.task_id} {worker} {time.time():.6f}")
+        await asyncio.sleep(3600)
+    # a little work, so that a kill often lands between an execution and its commit
+    await asyncio.sleep(NODE_SECONDS)
+
+
+def _sabotage() -> set[str]:
+    return set(os.environ.get("DOCKET_CHAOS_SABOTAGE", "").split(","))
+
+
+def _n(state: NodeState) -> int:
+    value = state["n"]
+    assert isinstance(value, int)
+    return value
+
+
+@NODES.node("chaos_chain")
+async def chain(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue]:
+    await _executed(ctx)
+    return {"trail": [ctx.node_id]}
+
+
+@NODES.node("chaos_part")
+async def part(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue]:
+    await _executed(ctx)
+    k = FAN_OUT.index(ctx.node_id) + 1
+    return {"trail": [ctx.node_id], "parts": [_n(state) * k]}
+
+
+@NODES.node("chaos_flaky")
+async def flaky(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue] | Failure:
+    await _executed(ctx)
+    if ctx.attempt == 1:
+        return Failure("the first attempt fails on purpose")
+    return {"trail": [ctx.node_id]}
+
+
+@NODES.node("chaos_review")
+async def review(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue] | Interrupt:
+    await _executed(ctx)
+    if "approval" not in state:
+        return Interrupt("approval", schema=S.integer(), id="approval")
+    return {"trail": [ctx.node_id]}
+
+
+@NODES.node("chaos_total")
+async def total(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue]:
+    await _executed(ctx)
+    parts = state["parts"]
+    approval = state["approval"]
+    assert isinstance(parts, list) and isinstance(approval, int)
+    result = sum(int(str(p)) for p in parts) + approval + _n(state)
+    if "wrong_output" in _sabotage() and ctx.run_id == "chaos-00003":
+        result += 1
+    return {"trail": [ctx.node_id], "result": result}
+
+
+def chaos_graph() -> GraphBuilder:
+    builder = (
+        GraphBuilder("chaos")
+        .input("n", S.integer(), required=True)
+        .field("trail", S.list(S.string()), reducer=R.append())
+        .field("parts", S.list(S.integer()), reducer=R.append())
+        .field("approval", S.integer())
+        .field("result", S.integer())
+        .node("a", "chaos_chain")
+        .node("b", "chaos_chain")
+        .node("join", "chaos_flaky", retry=RetryPolicy(max_attempts=3, backoff_ms=JOIN_BACKOFF_MS))
+        .node("review", "chaos_review")
+        .node("total", "chaos_total")
+        .edge("to_a", START, "a")
+        .edge("a_b", "a", "b")
+    )
+    for node in FAN_OUT:
+        builder.node(node, "chaos_part").edge(f"b_{node}", "b", node)
+    return (
+        builder.fan_in("join_parts", list(FAN_OUT), "join")
+        .edge("join_review", "join", "review")
+        .edge("review_total", "review", "total")
+        .edge("end", "total", FINISH)
+        .output("result")
+        .output("trail")
+    )
+
+
+GRAPH = chaos_graph().build()
+
+
+def record_commit(checkpoint: Checkpoint, context: CommitContext) -> None:
+    if context.operation == "moment":
+        worker = os.environ.get("DOCKET_CHAOS_WORKER", "local")
+        _append(
+            "commits", f"commit {checkpoint.run.id} {checkpoint.seq} {worker} {time.time():.6f}"
+        )
+
+
+def create() -> Docket:
+    return Docket(
+        os.environ["DOCKET_BACKEND"],
+        nodes=NODES,
+        observers=[record_commit],
+        claim_ttl=float(os.environ.get("DOCKET_CHAOS_TTL", "2")),
+        poll_interval=float(os.environ.get("DOCKET_CHAOS_POLL", "0.25")),
+        shutdown_timeout=5.0,
+        # a run whose workers keep being killed before they commit is not broken: the
+        # campaign must not poison it (poisoning is tested elsewhere)
+        max_claim_attempts=1000,
+    )

@@ -1,0 +1,103 @@
+"""A shortened chaos campaign (``bench/chaos.py``) on each backend, in the default suite:
+real worker processes, SIGKILLs and (PostgreSQL, Redis) a server restart, then the
+campaign's own checks. ``make chaos`` runs the long one."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LAST_LINE = re.compile(
+    r"chaos: backend=(?P<backend>\w+) runs=(?P<runs>\d+) completed=(?P<completed>\d+) "
+    r"lost=(?P<lost>\d+) duplicate_commits=(?P<duplicate_commits>\d+) gaps=(?P<gaps>\d+) "
+    r"wrong_outputs=(?P<wrong_outputs>\d+) kills=(?P<kills>\d+) db_restarts=(?P<db_restarts>\d+)"
+)
+
+
+def _campaign(*options: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "chaos.py"), *options],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_short_chaos_campaigns_on_every_backend_lose_nothing() -> None:
+    """The three campaigns run side by side: most of their time is waiting (claim expiry,
+    polls, a retry timer, worker start-up), not CPU."""
+    runs, kills = 60, 4
+    restarts = {"sqlite": 0, "postgres": 1, "redis": 1}
+    campaigns = {
+        backend: _campaign(
+            "--backend",
+            backend,
+            "--workers",
+            "2",
+            "--runs",
+            str(runs),
+            "--min-kills",
+            str(kills),
+            "--kill-interval",
+            "0.8",
+            "--restart-db",
+            str(count),
+            "--timeout",
+            "150",
+        )
+        for backend, count in restarts.items()
+    }
+    for backend, proc in campaigns.items():
+        output, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0, f"{backend}:\n{output[-6000:]}"
+        last = output.strip().splitlines()[-1]
+        match = LAST_LINE.fullmatch(last)
+        assert match is not None, f"{backend}:\n{output[-3000:]}"
+        assert match.groupdict() == {
+            "backend": backend,
+            "runs": str(runs),
+            "completed": str(runs),
+            "lost": "0",
+            "duplicate_commits": "0",
+            "gaps": "0",
+            "wrong_outputs": "0",
+            "kills": match["kills"],
+            "db_restarts": str(restarts[backend]),
+        }
+        assert int(match["kills"]) >= kills
+        print("\n" + last)
+
+
+def test_the_campaign_reports_a_wrong_output_and_an_unexplained_re_execution() -> None:
+    """The negative control: workers that get one output wrong and log one execution twice
+    with no kill to explain it; the campaign must fail and say why."""
+    env = dict(os.environ, DOCKET_CHAOS_SABOTAGE="wrong_output,double_exec")
+    proc = _campaign(
+        "--backend",
+        "sqlite",
+        "--workers",
+        "2",
+        "--runs",
+        "10",
+        "--min-kills",
+        "0",
+        "--kill-interval",
+        "600",
+        "--timeout",
+        "120",
+        env=env,
+    )
+    stdout, _ = proc.communicate(timeout=200)
+    assert proc.returncode == 1, stdout[-6000:]
+    match = LAST_LINE.fullmatch(stdout.strip().splitlines()[-1])
+    assert match is not None, stdout[-3000:]
+    assert (match["completed"], match["wrong_outputs"], match["kills"]) == ("10", "1", "0")
+    assert "VIOLATION chaos-00003: output" in stdout
+    assert "chaos-00005:0:a attempt 1: executed by" in stdout
+    assert "with no kill or restart to explain it" in stdout
