@@ -38,6 +38,7 @@ from docket.records import Event, GraphRef, Run, RunInfo, RunStatus
 from docket.runtime.lifecycle import CommitContext
 from docket.runtime.worker import Worker, WorkerStats
 from docket.settings import Settings
+from docket.telemetry import Telemetry, TelemetryEvent
 
 __version__ = "0.1.0"
 
@@ -65,6 +66,8 @@ __all__ = [
     "S",
     "Settings",
     "SyncDocket",
+    "Telemetry",
+    "TelemetryEvent",
     "Update",
     "Worker",
     "WorkerStats",

@@ -43,6 +43,7 @@ from docket.core.plan import Activation
 from docket.core.state import copy_dict
 from docket.graph.compiler import RuntimeGraph, RuntimeNode
 from docket.graph.nodes import NodeContext
+from docket.telemetry import Metadata, Telemetry, log_context, outcome_metadata
 
 __all__ = ["execute", "execute_one", "node_threads"]
 
@@ -77,9 +78,39 @@ async def execute_one(
     clock: Callable[[], datetime] = system_clock,
     application: Mapping[str, object] | None = None,
     threads: Executor | None = None,
+    telemetry: Telemetry | None = None,
 ) -> TaskOutcome:
     """Run one attempt of ``node``; never raises for anything the node does (cancelling the
-    caller still cancels it)."""
+    caller still cancels it). Logs inside carry the task's context; with ``telemetry``
+    listening the attempt is a ``docket.node.execute`` span."""
+    with log_context(
+        run_id=activation.run_id,
+        task_id=activation.task_id,
+        node_id=activation.node_id,
+        attempt=activation.attempt,
+    ):
+        if not telemetry:
+            return await _attempt(node, activation, clock, application, threads)
+        metadata: Metadata = {
+            "run_id": activation.run_id,
+            "node_id": activation.node_id,
+            "task_id": activation.task_id,
+            "attempt": activation.attempt,
+            "step": activation.step,
+        }
+        with telemetry.span("docket.node.execute", metadata) as span:
+            outcome = await _attempt(node, activation, clock, application, threads)
+            span.set(outcome_metadata(outcome))
+        return outcome
+
+
+async def _attempt(
+    node: RuntimeNode,
+    activation: Activation,
+    clock: Callable[[], datetime],
+    application: Mapping[str, object] | None,
+    threads: Executor | None,
+) -> TaskOutcome:
     timeout_ms = activation.timeout_ms
     context = NodeContext(
         run_id=activation.run_id,
@@ -122,6 +153,7 @@ async def execute(
     clock: Callable[[], datetime] = system_clock,
     application: Mapping[str, object] | None = None,
     threads: Executor | None = None,
+    telemetry: Telemetry | None = None,
 ) -> tuple[TaskOutcome, ...]:
     """Run every activation concurrently; one outcome per activation, in the same order.
 
@@ -137,7 +169,14 @@ async def execute(
             done.set_result(_failed(activation, "lost", "the graph has no such node"))
             jobs.append(done)
             continue
-        coro = execute_one(node, activation, clock=clock, application=application, threads=threads)
+        coro = execute_one(
+            node,
+            activation,
+            clock=clock,
+            application=application,
+            threads=threads,
+            telemetry=telemetry,
+        )
         jobs.append(asyncio.ensure_future(coro))
     results = await asyncio.gather(*jobs, return_exceptions=True)
     outcomes: list[TaskOutcome] = []

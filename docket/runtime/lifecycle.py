@@ -43,6 +43,7 @@ from docket.core.moment import Moment, Unchanged
 from docket.core.outcomes import describe_exception
 from docket.core.proposals import unclaimed_proposal
 from docket.records import Checkpoint, OwnerScope, Run, tenant_id_of
+from docket.telemetry import Telemetry, stamp_logger
 
 __all__ = [
     "CommitContext",
@@ -57,7 +58,7 @@ __all__ = [
     "signal",
 ]
 
-log = logging.getLogger("docket.runtime")
+log = stamp_logger(logging.getLogger("docket.runtime"))
 
 _T = TypeVar("_T")
 
@@ -209,6 +210,7 @@ async def signal(
     policy: CommitPolicy,
     attempts: int = 4,
     observers: Observers | None = None,
+    telemetry: Telemetry | None = None,
 ) -> SignalResult | CoreError | TransitionError:
     """Read, evaluate, commit unclaimed; on ``StaleCheckpoint`` read and evaluate again.
 
@@ -237,6 +239,8 @@ async def signal(
         stored: TransitionResult = await commit(send, policy, what=f"signal on run {run_id}")
         if isinstance(stored, Run):
             checkpoint = moment.checkpoint()
+            if telemetry:
+                telemetry.committed(checkpoint, operation="signal", tenant_id=tenant_id_of(owner))
             if observers:
                 observers.deliver(
                     checkpoint, CommitContext(tenant_id=tenant_id_of(owner), operation="signal")

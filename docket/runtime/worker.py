@@ -38,12 +38,14 @@ import attrs
 
 from docket.contract.proposals import ClaimBatch, ClaimClass, ClaimPolicy, Lease, PoisonedClaim
 from docket.contract.protocols import Backend
+from docket.records import tenant_id_of
 from docket.runtime.drain import Drainer, DrainOutcome
 from docket.settings import Settings
+from docket.telemetry import NO_SPAN, Measurements, Span, Telemetry, stamp_logger, store_result
 
 __all__ = ["PoisonHandler", "Worker", "WorkerStats"]
 
-log = logging.getLogger("docket.worker")
+log = stamp_logger(logging.getLogger("docket.worker"))
 
 #: Called with each run ``claim_due`` poisoned instead of leasing (sync or async).
 PoisonHandler: TypeAlias = Callable[[PoisonedClaim], Awaitable[None] | None]
@@ -74,8 +76,10 @@ class Worker:
         *,
         on_poisoned: PoisonHandler | None = None,
         name: str = "worker",
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._backend = backend
+        self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._drainer = drainer
         self._settings = settings
         self._on_poisoned = on_poisoned
@@ -193,13 +197,17 @@ class Worker:
             preference=self._preference if demand == 1 else None,
         )
         self.stats.polls += 1
+        span = claim_span(self._telemetry, self.name)
         try:
             batch = await self._backend.runs.claim_due(policy)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            span.fail(exc)
             raise
         except Exception as exc:
+            span.fail(exc)
             log.warning("claim_due failed: %s", exc)
             return False
+        end_claim_span(span, batch, demand)
         if not isinstance(batch, ClaimBatch):
             log.info("claim_due answered %r; polling again later", batch)
             return False
@@ -235,6 +243,7 @@ class Worker:
             self._wake.set()
 
     async def _report_poisoned(self, poisoned: PoisonedClaim) -> None:
+        report_poisoned(self._telemetry, poisoned)
         self.stats.poisoned += 1
         self.stats.poisoned_runs.append(poisoned)
         log.error(
@@ -275,6 +284,40 @@ class Worker:
             if task.cancelled():
                 self.stats.released_at_shutdown += 1
                 await self._release(active[task])
+
+
+def claim_span(telemetry: Telemetry, worker: str) -> Span:
+    """A ``docket.worker.claim`` span around one ``claim_due``."""
+    if not telemetry:
+        return NO_SPAN
+    return telemetry.span("docket.worker.claim", {"worker": worker, "operation": "claim_due"})
+
+
+def end_claim_span(span: Span, batch: object, demand: int) -> None:
+    """End a claim span with what came back: counts for a batch, else the refusal."""
+    if not span:
+        return
+    counts: Measurements = {"demand": demand}
+    if isinstance(batch, ClaimBatch):
+        counts.update({"leases": len(batch.leases), "poisoned": len(batch.poisoned)})
+        span.stop({"result": "ok"}, counts)
+    else:
+        span.stop({"result": store_result(batch)}, counts)
+
+
+def report_poisoned(telemetry: Telemetry, poisoned: PoisonedClaim) -> None:
+    """Emit ``docket.run.poisoned`` for a run ``claim_due`` set aside."""
+    if telemetry:
+        telemetry.emit(
+            "docket.run.poisoned",
+            {},
+            {
+                "run_id": poisoned.run_id,
+                "tenant_id": tenant_id_of(poisoned.owner),
+                "reason": poisoned.poison_reason,
+                "operation": "claim_due",
+            },
+        )
 
 
 def _seconds(value: float) -> timedelta:
