@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import reprlib
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar
 
 import attrs
 
@@ -116,8 +117,16 @@ from docket.runtime.lifecycle import (
     random_ids,
     signal,
 )
-from docket.runtime.worker import PoisonHandler, Worker, WorkerStats
+from docket.runtime.worker import (
+    PoisonHandler,
+    Worker,
+    WorkerStats,
+    claim_span,
+    end_claim_span,
+    report_poisoned,
+)
 from docket.settings import Settings
+from docket.telemetry import Metadata, Telemetry, instrument_backend, log_context
 from docket.values import JSONDict, JSONValue, NonDurableValue, coerce_durable
 
 __all__ = ["DEFAULT_AWAIT_POLL", "Docket", "DrainSummary", "SyncDocket", "TenantMode"]
@@ -126,6 +135,56 @@ TenantMode = Literal["none", "required"]
 DEFAULT_AWAIT_POLL: Final = 0.05
 _MAX_PAGE: Final = 1000
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+# -- lifecycle spans --------------------------------------------------------------------------
+
+
+def _lifecycle(
+    name: str, *, run_id_first: bool = False
+) -> Callable[
+    [Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]]],
+    Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]],
+]:
+    """Run a lifecycle method inside a ``name`` span (and, when its first argument is the
+    run id, inside that run's logging context). The span's end reports the run as
+    committed: id, graph, status, checkpoint."""
+
+    def wrap(
+        method: Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]],
+    ) -> Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]]:
+        @functools.wraps(method)
+        async def traced(self: Docket, /, *args: _P.args, **kwargs: _P.kwargs) -> Run:
+            tenant_id = kwargs.get("tenant_id")
+            run_id = (args[0] if args else kwargs.get("run_id")) if run_id_first else None
+            with log_context(
+                run_id=run_id if isinstance(run_id, str) else None,
+                tenant_id=tenant_id if isinstance(tenant_id, str) else None,
+            ):
+                if not self.telemetry:
+                    return await method(self, *args, **kwargs)
+                metadata: Metadata = {
+                    "tenant_id": tenant_id if isinstance(tenant_id, str) else None
+                }
+                if isinstance(run_id, str):
+                    metadata["run_id"] = run_id
+                with self.telemetry.span(name, metadata) as span:
+                    run = await method(self, *args, **kwargs)
+                    span.set(
+                        {
+                            "run_id": run.id,
+                            "graph_id": run.graph_id,
+                            "graph_hash": run.graph_hash,
+                            "status": str(run.status),
+                            "checkpoint_seq": run.checkpoint_seq,
+                        }
+                    )
+                return run
+
+        return traced
+
+    return wrap
 
 
 @attrs.frozen(kw_only=True)
@@ -156,6 +215,8 @@ class Docket:
     ``context`` reaches every node as ``ctx.application``. ``observers`` are called after
     each commit (best effort), ``on_poisoned`` when a worker finds a run poisoned.
     ``ids`` generates run, transition and interrupt ids (default: random).
+    ``telemetry`` is the event bus this Docket reports to (default: a fresh one, as
+    ``docket.telemetry``; see :mod:`docket.telemetry`).
     """
 
     def __init__(
@@ -170,6 +231,7 @@ class Docket:
         on_poisoned: PoisonHandler | None = None,
         ids: Ids | None = None,
         backend_options: Mapping[str, object] | None = None,
+        telemetry: Telemetry | None = None,
         **overrides: Any,
     ) -> None:
         base = settings if settings is not None else Settings()
@@ -190,6 +252,14 @@ class Docket:
         self.tenant_mode: TenantMode = tenant_mode
         self.nodes = nodes if nodes is not None else NodeRegistry()
         self.backend, self._owns_backend = _backend(backend, backend_options)
+        if telemetry is not None and not isinstance(telemetry, Telemetry):
+            raise InvalidOptions(
+                f"telemetry must be a docket.telemetry.Telemetry, got {type(telemetry).__name__}"
+            )
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
+        # Store calls go through a view that reports them on the bus; ``self.backend``
+        # stays the object the caller knows.
+        self._store = instrument_backend(self.backend, self.telemetry)
         self._ids: Ids = ids or random_ids
         self._context = dict(context or {})
         self._observers = Observers(tuple(observers))
@@ -197,15 +267,16 @@ class Docket:
         self._policy = CommitPolicy(
             attempts=self.settings.commit_attempts, backoff=self.settings.commit_backoff
         )
-        self._describe = GraphCache(self.backend, self.nodes, executable=False)
-        self._execute = GraphCache(self.backend, self.nodes, executable=True)
+        self._describe = GraphCache(self._store, self.nodes, executable=False)
+        self._execute = GraphCache(self._store, self.nodes, executable=True)
         self._drainer = Drainer(
-            self.backend,
+            self._store,
             self._execute,
             self.settings,
             ids=self._ids,
             observers=self._observers,
             application=self._context,
+            telemetry=self.telemetry,
         )
         self._workers: list[Worker] = []
         self._capabilities: Capabilities | None = None
@@ -301,7 +372,7 @@ class Docket:
         ref = GraphRef(result.effective.id, result.graph_hash)
         document = effective_document(result.effective)
         saved: GraphSaveResult = await commit(
-            functools.partial(self.backend.graphs.save_graph, owner, ref, document),
+            functools.partial(self._store.graphs.save_graph, owner, ref, document),
             self._policy,
             what=f"save of graph {ref.graph_id}",
         )
@@ -314,7 +385,7 @@ class Docket:
         owner = self._owner(tenant_id)
         self._ready()
         _check_ref(ref)
-        document = await self.backend.graphs.fetch_graph(owner, ref)
+        document = await self._store.graphs.fetch_graph(owner, ref)
         if isinstance(document, NotFound | CorruptGraph):
             raise from_contract(document, subject=f"{ref.graph_id} ({ref.graph_hash[:12]})")
         try:
@@ -328,7 +399,7 @@ class Docket:
         self._ready()
         if not isinstance(graph_id, str) or not graph_id:
             raise InvalidOptions("graph_id must be a non-empty string")
-        found = await self.backend.graphs.fetch_latest_graph_ref(owner, graph_id)
+        found = await self._store.graphs.fetch_latest_graph_ref(owner, graph_id)
         if isinstance(found, NotFound):
             raise from_contract(found, subject=repr(graph_id))
         return found
@@ -350,13 +421,13 @@ class Docket:
         if before is not None and not isinstance(before, GraphVersionCursor):
             raise InvalidOptions("before must be a GraphVersionCursor (a page's next_before)")
         query = GraphListQuery(limit=limit, before=before)
-        return await self.backend.graphs.list_graph_versions(owner, graph_id, query)
+        return await self._store.graphs.list_graph_versions(owner, graph_id, query)
 
     async def _ref(self, owner: OwnerScope, graph: GraphRef | str) -> GraphRef:
         if isinstance(graph, str):
             if not graph:
                 raise InvalidOptions("a graph id must be a non-empty string")
-            found = await self.backend.graphs.fetch_latest_graph_ref(owner, graph)
+            found = await self._store.graphs.fetch_latest_graph_ref(owner, graph)
             if isinstance(found, NotFound):
                 raise from_contract(found, subject=repr(graph))
             return found
@@ -379,6 +450,7 @@ class Docket:
 
     # -- runs: writes ------------------------------------------------------------------------
 
+    @_lifecycle("docket.run.start")
     async def start_run(
         self,
         graph: GraphRef | str,
@@ -398,8 +470,8 @@ class Docket:
         """
         owner = self._owner(tenant_id)
         self._ready()
-        if run_id is not None and (not isinstance(run_id, str) or not run_id):
-            raise InvalidOptions("run_id must be a non-empty string")
+        if run_id is not None:
+            _check_id("run_id", run_id)
         if input is not None and not isinstance(input, Mapping):
             raise InvalidInput(
                 "the run input must be a map",
@@ -421,21 +493,29 @@ class Docket:
             raise from_core(moment)
         assert not isinstance(moment, Terminated)  # a created run is never terminal
         proposal = init_proposal(moment, transition_id=self._ids("transition"))
-        stored: TransitionResult = await commit(
-            functools.partial(self.backend.transitions.initialize, owner, proposal, moment.events),
-            self._policy,
-            what=f"start of run {created.id}",
-        )
+        with log_context(run_id=created.id):
+            stored: TransitionResult = await commit(
+                functools.partial(
+                    self._store.transitions.initialize, owner, proposal, moment.events
+                ),
+                self._policy,
+                what=f"start of run {created.id}",
+            )
         if not isinstance(stored, Run):
             raise from_contract(stored, subject=f"run {created.id!r}")
         self._deliver(moment, owner, "start")
         return stored
 
     def _deliver(self, moment: Moment, owner: OwnerScope, operation: Literal["start"]) -> None:
+        if self.telemetry:
+            self.telemetry.committed(
+                moment.checkpoint(), operation=operation, tenant_id=tenant_id_of(owner)
+            )
         if self._observers:
             context = CommitContext(tenant_id=tenant_id_of(owner), operation=operation)
             self._observers.deliver(moment.checkpoint(), context)
 
+    @_lifecycle("docket.run.resolve_interrupt", run_id_first=True)
     async def resolve_interrupt(
         self, run_id: str, interrupt_id: str, value: object, *, tenant_id: str | None = None
     ) -> Run:
@@ -457,6 +537,7 @@ class Docket:
             lambda run, now: resolve_interrupt(rtg, run, interrupt_id, value, now=now),
         )
 
+    @_lifecycle("docket.run.cancel", run_id_first=True)
     async def cancel_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
         """Cancel a running or waiting run (a cancelled one comes back unchanged).
 
@@ -475,7 +556,7 @@ class Docket:
         mutate: Mutation,
     ) -> Run:
         result = await signal(
-            self.backend,
+            self._store,
             owner,
             run_id,
             mutate,
@@ -483,6 +564,7 @@ class Docket:
             policy=self._policy,
             attempts=self.settings.signal_attempts,
             observers=self._observers,
+            telemetry=self.telemetry,
         )
         if isinstance(result, SignalResult):
             return result.run
@@ -490,13 +572,14 @@ class Docket:
             raise from_core(result)
         raise from_contract(result, subject=f"run {run_id!r}")
 
+    @_lifecycle("docket.run.retry_poisoned", run_id_first=True)
     async def retry_poisoned_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
         """Make a poisoned run due again (its claim counters reset); a healthy run is
         returned unchanged. Raises ``NotFound`` or ``InactiveRun``."""
         owner = self._owner(tenant_id)
         self._ready()
         _check_id("run_id", run_id)
-        answer = await self.backend.runs.retry_poisoned_run(owner, run_id)
+        answer = await self._store.runs.retry_poisoned_run(owner, run_id)
         if isinstance(answer, NotFound | InactiveRun):
             raise from_contract(answer, subject=f"run {run_id!r}")
         return answer
@@ -504,7 +587,7 @@ class Docket:
     # -- runs: reads -------------------------------------------------------------------------
 
     async def _fetch(self, owner: OwnerScope, run_id: str) -> Run:
-        found = await self.backend.runs.fetch_run(owner, run_id)
+        found = await self._store.runs.fetch_run(owner, run_id)
         if isinstance(found, NotFound):
             raise from_contract(found, subject=repr(run_id))
         return found
@@ -521,7 +604,7 @@ class Docket:
         owner = self._owner(tenant_id)
         self._ready()
         _check_id("run_id", run_id)
-        found = await self.backend.runs.inspect_run(owner, run_id)
+        found = await self._store.runs.inspect_run(owner, run_id)
         if isinstance(found, NotFound):
             raise from_contract(found, subject=repr(run_id))
         return found
@@ -548,7 +631,7 @@ class Docket:
             raise InvalidOptions(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
         deadline = time.monotonic() + timeout
         while True:
-            info = await self.backend.runs.inspect_run(owner, run_id)
+            info = await self._store.runs.inspect_run(owner, run_id)
             if isinstance(info, NotFound):
                 raise from_contract(info, subject=repr(run_id))
             if info.poisoned:
@@ -604,7 +687,7 @@ class Docket:
             graph_hash=graph_hash,
             statuses=_statuses(status),
         )
-        return await self.backend.runs.list_runs(scope, query)
+        return await self._store.runs.list_runs(scope, query)
 
     async def list_events(
         self,
@@ -621,7 +704,7 @@ class Docket:
         _check_limit(limit)
         if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
             raise InvalidOptions(f"after_seq must be an integer >= 0, got {after_seq!r}")
-        page = await self.backend.events.list_events(
+        page = await self._store.events.list_events(
             owner, run_id, EventListQuery(after_seq=after_seq, limit=limit)
         )
         if isinstance(page, NotFound | CorruptEventRow):
@@ -652,7 +735,12 @@ class Docket:
         if concurrency is not None:
             settings = attrs.evolve(settings, concurrency=concurrency).validate()
         worker = Worker(
-            self.backend, self._drainer, settings, on_poisoned=self._on_poisoned, name=name
+            self._store,
+            self._drainer,
+            settings,
+            on_poisoned=self._on_poisoned,
+            name=name,
+            telemetry=self.telemetry,
         )
         self._workers.append(worker)
         return worker
@@ -689,7 +777,15 @@ class Docket:
                 orphan_ttl=timedelta(seconds=settings.claim_ttl),
                 max_claim_attempts=settings.max_claim_attempts,
             )
-            batch = await self.backend.runs.claim_due(policy)
+            span = claim_span(self.telemetry, "drain_due")
+            try:
+                batch = await self._store.runs.claim_due(policy)
+            except BaseException as exc:
+                span.fail(exc)
+                raise
+            end_claim_span(span, batch, 1)
+            for poisoned_claim in batch.poisoned if isinstance(batch, ClaimBatch) else ():
+                report_poisoned(self.telemetry, poisoned_claim)
             if isinstance(batch, Retryable):
                 await asyncio.sleep(settings.commit_backoff)
                 continue
@@ -734,17 +830,34 @@ def _check_ref(ref: object) -> None:
         or not ref.graph_id
         or not ref.graph_hash
     ):
-        raise InvalidOptions(f"expected a GraphRef with a graph id and hash, got {ref!r}")
+        raise InvalidOptions(f"expected a GraphRef with a graph id and hash, got {_shown(ref)}")
+    _check_id("graph_id", ref.graph_id)
+    _check_id("graph_hash", ref.graph_hash)
 
 
 def _check_id(name: str, value: object) -> None:
     if not isinstance(value, str) or not value:
-        raise InvalidOptions(f"{name} must be a non-empty string, got {value!r}")
+        raise InvalidOptions(f"{name} must be a non-empty string, got {_shown(value)}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no store can even look it up
+            raise InvalidOptions(f"{name} is not valid Unicode text: {_shown(value)}") from None
 
 
 def _check_limit(limit: object) -> None:
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= _MAX_PAGE:
-        raise InvalidOptions(f"limit must be an integer from 1 to {_MAX_PAGE}, got {limit!r}")
+        raise InvalidOptions(f"limit must be an integer from 1 to {_MAX_PAGE}, got {_shown(limit)}")
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = _REPR.maxother = 80
+
+
+def _shown(value: object) -> str:
+    """A bounded repr for error messages: arbitrary caller values may be huge or deep."""
+    return _REPR.repr(value)
 
 
 def _seconds_ok(value: object, *, zero: bool) -> bool:
@@ -848,6 +961,11 @@ class SyncDocket:
         self.docket = Docket(backend, **options)
         self._loop: _LoopThread | None = None
         self._worker: Worker | None = None
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """The wrapped Docket's telemetry bus (handlers run on the background loop)."""
+        return self.docket.telemetry
 
     def _call(self, make: Callable[[], Awaitable[_T]]) -> _T:
         if self._loop is None:

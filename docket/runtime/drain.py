@@ -78,10 +78,11 @@ from docket.runtime.execute import execute
 from docket.runtime.graphs import GraphCache, GraphProblem
 from docket.runtime.lifecycle import CommitContext, CommitPolicy, Ids, Observers, commit
 from docket.settings import Settings
+from docket.telemetry import NO_SPAN, Span, Telemetry, log_context, stamp_logger
 
 __all__ = ["DrainOutcome", "Drainer", "Heartbeat", "OutcomeKind", "host_limits"]
 
-log = logging.getLogger("docket.worker")
+log = stamp_logger(logging.getLogger("docket.worker"))
 
 OutcomeKind: TypeAlias = Literal[
     "parked",  # committed up to a park (detail: immediate, at, external, terminal)
@@ -169,8 +170,10 @@ class Drainer:
         ids: Ids,
         observers: Observers | None = None,
         application: Mapping[str, object] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._backend = backend
+        self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._graphs = graphs
         self._settings = settings
         self._ids = ids
@@ -184,7 +187,37 @@ class Drainer:
     async def drain(
         self, lease: Lease, *, stopping: Callable[[], bool] = lambda: False
     ) -> DrainOutcome:
-        """Drain ``lease``; never raises for what the run, its graph or the store do."""
+        """Drain ``lease``; never raises for what the run, its graph or the store do.
+
+        Logs carry the run's context; with telemetry listening the drain is a
+        ``docket.run.drain`` span around ``docket.run.step`` spans."""
+        tenant_id = tenant_id_of(lease.owner)
+        with log_context(run_id=lease.run_id, tenant_id=tenant_id):
+            telemetry = self._telemetry
+            span = NO_SPAN
+            if telemetry:
+                span = telemetry.span(
+                    "docket.run.drain",
+                    {
+                        "run_id": lease.run_id,
+                        "tenant_id": tenant_id,
+                        "graph_id": lease.graph_id,
+                        "graph_hash": lease.graph_hash,
+                        "checkpoint_seq": lease.checkpoint_seq,
+                        "attempt": lease.claim_attempt,
+                    },
+                )
+            try:
+                outcome = await self._hold(lease, stopping)
+            except BaseException as exc:
+                span.fail(exc)
+                raise
+            span.stop(
+                {"outcome": outcome.kind, "reason": outcome.detail}, {"commits": outcome.commits}
+            )
+            return outcome
+
+    async def _hold(self, lease: Lease, stopping: Callable[[], bool]) -> DrainOutcome:
         heartbeat = Heartbeat(self._backend, lease, self._settings.heartbeat_interval)
         heartbeat.start()
         try:
@@ -239,76 +272,122 @@ class Drainer:
         started = time.monotonic()
         commits = 0
         floor: datetime | None = lease.claimed_at
+        # One store-clock read per superstep (a round trip on a server backend): the
+        # first superstep starts at the claim's own store timestamp, and each later one
+        # at the time the previous one settled, the commit between them taken as instant.
+        known_now: datetime | None = lease.claimed_at
         while True:
-            if heartbeat.lost.is_set():
-                return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
-            now = await self._backend.now()
-            step = advance(rtg, run, now=now, limits=self._limits, resume_floor=floor)
-            floor = None
-            if isinstance(step, Dispatch):
-                outcomes = await self._execute(rtg, step, heartbeat, now)
-                if outcomes is None:
+            with self._step_span(run) as span:
+                if heartbeat.lost.is_set():
                     return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
-                step = settle(rtg, step, outcomes, now=await self._backend.now(), ids=self._ids)
-            match step:
-                case CoreError() | Terminated() | Wait():
+                now = known_now if known_now is not None else await self._backend.now()
+                known_now = None
+                step = advance(rtg, run, now=now, limits=self._limits, resume_floor=floor)
+                floor = None
+                if isinstance(step, Dispatch):
+                    outcomes = await self._execute(rtg, step, heartbeat, now)
+                    if outcomes is None:
+                        return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
+                    known_now = await self._backend.now()
+                    step = settle(rtg, step, outcomes, now=known_now, ids=self._ids)
+                match step:
+                    case CoreError() | Terminated() | Wait():
+                        await self._release(lease)
+                        return DrainOutcome(
+                            kind="invariant",
+                            run_id=run.id,
+                            commits=commits,
+                            detail=f"a claimed run cannot advance: {step!r}"[:500],
+                        )
+                    case NotDue(resume_at=resume_at):
+                        return await self._defer(lease, run, resume_at, commits)
+                    case Moment():
+                        moment = step
+                yielded = False
+                if isinstance(moment.disposition, Continue) and (
+                    commits + 1 >= settings.drain_max_moments
+                    or time.monotonic() - started >= settings.drain_max_seconds
+                    or stopping()
+                ):
+                    rewritten = yield_moment(moment)
+                    assert isinstance(rewritten, Moment), rewritten  # a continue moment yields
+                    moment, yielded = rewritten, True
+                if heartbeat.lost.is_set():
+                    return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
+                proposal = claimed_proposal(
+                    moment,
+                    run.checkpoint_seq,
+                    lease.claim_token,
+                    transition_id=self._ids("transition"),
+                )
+                send = functools.partial(
+                    self._backend.transitions.commit_claimed, lease.owner, proposal, moment.events
+                )
+                stored = await commit(send, self._policy, what=f"commit of run {run.id}")
+                if not isinstance(stored, Run):
                     await self._release(lease)
+                    if isinstance(stored, StaleCheckpoint):
+                        log.info("run %s moved on under another holder; stopping", run.id)
+                    else:
+                        log.error("commit of run %s refused: %r", run.id, stored)
+                    detail = type(stored).__name__
                     return DrainOutcome(
-                        kind="invariant",
+                        kind="discarded", run_id=run.id, commits=commits, detail=detail
+                    )
+                commits += 1
+                span.set(
+                    {
+                        "result": wake_name(moment.disposition)
+                        if isinstance(moment.disposition, Park)
+                        else "continue",
+                        "status": str(stored.status),
+                        "checkpoint_seq": stored.checkpoint_seq,
+                    }
+                )
+                tenant_id = tenant_id_of(lease.owner)
+                self._telemetry.committed(
+                    moment.checkpoint(), operation="moment", tenant_id=tenant_id
+                )
+                if self._observers:
+                    context = CommitContext(tenant_id=tenant_id_of(lease.owner), operation="moment")
+                    self._observers.deliver(moment.checkpoint(), context)
+                run = stored
+                if isinstance(moment.disposition, Park):
+                    return DrainOutcome(
+                        kind="parked",
                         run_id=run.id,
                         commits=commits,
-                        detail=f"a claimed run cannot advance: {step!r}"[:500],
+                        detail=wake_name(moment.disposition),
+                        yielded=yielded,
                     )
-                case NotDue(resume_at=resume_at):
-                    return await self._defer(lease, run, resume_at, commits)
-                case Moment():
-                    moment = step
-            yielded = False
-            if isinstance(moment.disposition, Continue) and (
-                commits + 1 >= settings.drain_max_moments
-                or time.monotonic() - started >= settings.drain_max_seconds
-                or stopping()
-            ):
-                rewritten = yield_moment(moment)
-                assert isinstance(rewritten, Moment), rewritten  # a continue moment yields
-                moment, yielded = rewritten, True
-            if heartbeat.lost.is_set():
-                return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
-            proposal = claimed_proposal(
-                moment, run.checkpoint_seq, lease.claim_token, transition_id=self._ids("transition")
-            )
-            send = functools.partial(
-                self._backend.transitions.commit_claimed, lease.owner, proposal, moment.events
-            )
-            stored = await commit(send, self._policy, what=f"commit of run {run.id}")
-            if not isinstance(stored, Run):
-                await self._release(lease)
-                if isinstance(stored, StaleCheckpoint):
-                    log.info("run %s moved on under another holder; stopping", run.id)
-                else:
-                    log.error("commit of run %s refused: %r", run.id, stored)
-                detail = type(stored).__name__
-                return DrainOutcome(kind="discarded", run_id=run.id, commits=commits, detail=detail)
-            commits += 1
-            if self._observers:
-                context = CommitContext(tenant_id=tenant_id_of(lease.owner), operation="moment")
-                self._observers.deliver(moment.checkpoint(), context)
-            run = stored
-            if isinstance(moment.disposition, Park):
-                return DrainOutcome(
-                    kind="parked",
-                    run_id=run.id,
-                    commits=commits,
-                    detail=wake_name(moment.disposition),
-                    yielded=yielded,
-                )
+
+    def _step_span(self, run: Run) -> Span:
+        """One superstep: advance, node work, settle, commit (``result`` = how it parked,
+        ``continue``, or ``not_committed``)."""
+        if not self._telemetry:
+            return NO_SPAN
+        return self._telemetry.span(
+            "docket.run.step",
+            {
+                "run_id": run.id,
+                "step": run.step,
+                "checkpoint_seq": run.checkpoint_seq,
+                "result": "not_committed",
+            },
+        )
 
     async def _execute(
         self, rtg: RuntimeGraph, dispatch: Dispatch, heartbeat: Heartbeat, now: datetime
     ) -> tuple[TaskOutcome, ...] | None:
         """Run the node work; ``None`` when the claim was lost first (work cancelled)."""
         work = asyncio.ensure_future(
-            execute(rtg, dispatch.activations, clock=lambda: now, application=self._application)
+            execute(
+                rtg,
+                dispatch.activations,
+                clock=lambda: now,
+                application=self._application,
+                telemetry=self._telemetry,
+            )
         )
         lost = asyncio.ensure_future(heartbeat.lost.wait())
         try:
@@ -338,9 +417,23 @@ class Drainer:
         self, lease: Lease, policy: Callable[[datetime], AbandonPolicy]
     ) -> Rescheduled | Poisoned | StaleAbandon | None:
         try:
-            return await self._backend.runs.abandon_claim(
+            answer = await self._backend.runs.abandon_claim(
                 lease.owner, lease.run_id, lease.claim_token, policy(await self._backend.now())
             )
+            if isinstance(answer, Poisoned) and self._telemetry:
+                self._telemetry.emit(
+                    "docket.run.poisoned",
+                    {},
+                    {
+                        "run_id": lease.run_id,
+                        "tenant_id": tenant_id_of(lease.owner),
+                        "graph_id": lease.graph_id,
+                        "graph_hash": lease.graph_hash,
+                        "reason": answer.reason,
+                        "operation": "abandon_claim",
+                    },
+                )
+            return answer
         except asyncio.CancelledError:
             raise
         except Exception as exc:
