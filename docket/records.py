@@ -13,6 +13,7 @@ arbitrary objects without raising.
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
@@ -481,8 +482,12 @@ class EventPage:
 
 
 def format_timestamp(moment: datetime) -> str:
-    """UTC, always six fractional digits, ``Z`` suffix: sorts and compares as text."""
-    return utc(moment).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """UTC, always six fractional digits, ``Z`` suffix: sorts and compares as text.
+
+    ``isoformat`` rather than ``strftime``: ``%Y`` does not pad years before 1000, and
+    such text neither sorts nor parses back.
+    """
+    return utc(moment).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -617,8 +622,24 @@ class InvalidRun:
     reasons: tuple[str, ...]
 
 
+#: Stored counters (sequences, steps, attempts) are signed 64-bit integers in every store.
+MAX_COUNTER: Final = 2**63 - 1
+
+
 def _is_int(value: object, minimum: int = 0) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_COUNTER
+    )
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = _REPR.maxother = 80
+
+
+def shown(value: object) -> str:
+    """A bounded repr for problem messages: the value may be any (deep, huge) junk."""
+    return _REPR.repr(value)
 
 
 def _is_str(value: object) -> bool:
@@ -647,13 +668,13 @@ def _check_task(key: str, task: object, run: Run, out: list[str]) -> None:
         out.append(f"{where}: not a TaskState")
         return
     if task.task_id != key:
-        out.append(f"{where}: task_id {task.task_id!r} differs from its key")
+        out.append(f"{where}: task_id {shown(task.task_id)} differs from its key")
     if task.status != TASK_RETRY_SCHEDULED:
         out.append(f"{where}: status must be {TASK_RETRY_SCHEDULED!r}")
     if not _is_str(task.node_id) or task.task_id != task_id(run.id, run.step, task.node_id):
         out.append(f"{where}: task_id must be '<run>:<step>:<node>' for the current step")
     if task.step != run.step:
-        out.append(f"{where}: step {task.step!r} is not the run's step")
+        out.append(f"{where}: step {shown(task.step)} is not the run's step")
     if not isinstance(task.failures, tuple) or not all(
         isinstance(f, TaskFailure) for f in task.failures
     ):
@@ -697,7 +718,7 @@ def run_problems(run: object) -> list[str]:
         return [f"run: expected a Run, got {type(run).__name__}"]
     out: list[str] = []
     if not isinstance(run.status, RunStatus) or run.status not in DURABLE_STATUSES:
-        out.append(f"status: {run.status!r} is not a durable status")
+        out.append(f"status: {shown(run.status)} is not a durable status")
     for name in ("id", "graph_id", "graph_hash"):
         if not _is_str(getattr(run, name)):
             out.append(f"{name}: must be a non-empty string")
@@ -823,15 +844,15 @@ def event_problems(event: object, run_id: str | None = None) -> list[str]:
     if not isinstance(event, Event):
         return [f"event: expected an Event, got {type(event).__name__}"]
     out: list[str] = []
-    where = f"event[{event.seq!r}]"
+    where = f"event[{shown(event.seq)}]"
     if not _is_str(event.run_id):
         out.append(f"{where}.run_id: must be a non-empty string")
     elif run_id is not None and event.run_id != run_id:
-        out.append(f"{where}.run_id: {event.run_id!r} is not the proposal's run {run_id!r}")
+        out.append(f"{where}.run_id: {shown(event.run_id)} is not the proposal's run {run_id!r}")
     if not _is_int(event.seq, 1):
         out.append(f"{where}.seq: must be a positive integer")
     if not isinstance(event.type, EventType):
-        out.append(f"{where}.type: {event.type!r} is not an event type")
+        out.append(f"{where}.type: {shown(event.type)} is not an event type")
     if not _is_int(event.step):
         out.append(f"{where}.step: must be a non-negative integer")
     if not _is_utc(event.timestamp):

@@ -47,6 +47,7 @@ from docket.contract.proposals import (
     UnclaimedProposal,
 )
 from docket.records import (
+    MAX_COUNTER,
     CheckpointType,
     Event,
     GraphRef,
@@ -60,6 +61,7 @@ from docket.records import (
     require_owner,
     run_problems,
     run_to_json,
+    shown,
     tenant_id_of,
 )
 from docket.values import (
@@ -98,7 +100,7 @@ def _invalid(*reasons: str) -> InvalidTransition:
 
 
 def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNTER
 
 
 def _is_aware(value: object) -> bool:
@@ -108,14 +110,29 @@ def _is_aware(value: object) -> bool:
 def _id_problem(name: str, value: object) -> str | None:
     if not isinstance(value, str) or not value:
         return f"{name}: must be a non-empty string"
+    return _text_problem(name, value)
+
+
+def _text_problem(name: str, value: object) -> str | None:
+    """Text every store can hold: no NUL (PostgreSQL text cannot), no lone surrogate (a
+    ``str`` that no store can encode as UTF-8)."""
+    if isinstance(value, str) and "\x00" in value:
+        return f"{name}: must not contain NUL characters"
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{name}: is not valid Unicode text (it holds a lone surrogate)"
     return None
 
 
 def _oversized_id(limits: Limits, *values: object) -> TooLarge | None:
     """Ids are bounded in UTF-8 bytes; an over-long id is a size limit, like any other."""
     for value in values:
-        if isinstance(value, str) and len(value.encode("utf-8")) > limits.max_id_bytes:
-            return TooLarge("max_id_bytes", len(value.encode("utf-8")), limits.max_id_bytes)
+        # surrogatepass: measuring must not raise; _id_problem reports unencodable ids.
+        size = len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else 0
+        if size > limits.max_id_bytes:
+            return TooLarge("max_id_bytes", size, limits.max_id_bytes)
     return None
 
 
@@ -137,14 +154,14 @@ def _schedule_problem(schedule: object, status: object, *, claimed: bool) -> str
             return "schedule: retain_claim needs a claim; an unclaimed commit must release"
         return None if status is RunStatus.RUNNING else "schedule: retain_claim needs running"
     if not isinstance(schedule, ReleaseClaim):
-        return f"schedule: {schedule!r} is not RetainClaim or ReleaseClaim"
+        return f"schedule: {shown(schedule)} is not RetainClaim or ReleaseClaim"
     wake = schedule.wake
     if not isinstance(wake, Immediate | At | External | Terminal):
-        return f"schedule: {wake!r} is not Immediate, At, External or Terminal"
+        return f"schedule: {shown(wake)} is not Immediate, At, External or Terminal"
     if isinstance(wake, At) and not _is_aware(wake.wake_at):
         return "schedule: At.wake_at must be an aware datetime"
     if status not in WAKE_STATUSES[type(wake)]:
-        return f"schedule: {type(wake).__name__} does not fit a {status!r} run"
+        return f"schedule: {type(wake).__name__} does not fit a {shown(status)} run"
     return None
 
 
@@ -170,8 +187,13 @@ def _common(
     if id_problem:
         problems.append(id_problem)
     if not isinstance(checkpoint_type, CheckpointType):
-        problems.append(f"checkpoint_type: {checkpoint_type!r} is not a checkpoint type")
+        problems.append(f"checkpoint_type: {shown(checkpoint_type)} is not a checkpoint type")
     problems.extend(run_problems(run))
+    if isinstance(run, Run):
+        for name in ("id", "graph_id", "graph_hash"):
+            text = _text_problem(name, getattr(run, name))
+            if text:
+                problems.append(text)
     if not isinstance(events, Sequence) or isinstance(events, str | bytes):
         problems.append(f"events: expected a sequence of Event, got {type(events).__name__}")
     return problems
@@ -199,11 +221,14 @@ def _finish(
         assert isinstance(item, Event)
         if item.seq > run.event_seq:
             return _invalid(f"event[{item.seq}]: seq is past the run's event_seq {run.event_seq}")
-        content = event_content(item)
-        # event_problems checked payload and metadata (strictly: no $guard): encode only.
-        size = len(canonical_json_of_checked(item.payload)) + len(
-            canonical_json_of_checked(item.metadata)
-        )
+        try:
+            content = event_content(item)
+            # event_problems checked payload and metadata (strictly: no $guard): encode only.
+            size = len(canonical_json_of_checked(item.payload)) + len(
+                canonical_json_of_checked(item.metadata)
+            )
+        except ValueError as exc:  # e.g. a lone surrogate: durable in shape, not encodable
+            return _invalid(f"event[{item.seq}]: cannot be encoded ({exc})")
         if size > limits.max_event_bytes:
             return TooLarge("max_event_bytes", size, limits.max_event_bytes)
         seen = by_seq.get(item.seq)
@@ -254,7 +279,7 @@ def validate_initialize(
     run = proposal.run
     if isinstance(run, Run):
         if run.status is not RunStatus.RUNNING:
-            extra.append(f"status: a new run starts running, not {run.status!r}")
+            extra.append(f"status: a new run starts running, not {shown(run.status)}")
         if _is_count(run.checkpoint_seq) and run.checkpoint_seq < 1:
             extra.append("checkpoint_seq: initialize commits sequence 1 or later")
     problems = _common(proposal.transition_id, run, proposal.checkpoint_type, events, limits, extra)
@@ -466,11 +491,15 @@ def validate_graph_save(
         data = canonical_json(document)
     except NonDurableValue as exc:
         return InvalidGraph(exc.reasons)
+    except ValueError as exc:  # e.g. a lone surrogate: durable in shape, not encodable
+        return InvalidGraph((f"document: cannot be encoded ({exc})",))
     if len(data) > limits.max_graph_bytes:
         return TooLarge("max_graph_bytes", len(data), limits.max_graph_bytes)
     declared = graph_document_id(document)
     if declared != ref.graph_id:
-        return InvalidGraph((f"document: declares graph id {declared!r}, not {ref.graph_id!r}",))
+        return InvalidGraph(
+            (f"document: declares graph id {shown(declared)}, not {ref.graph_id!r}",)
+        )
     if sha256_hex(data) != ref.graph_hash:
         return InvalidGraph(("graph_hash: does not match the document's content hash",))
     return data

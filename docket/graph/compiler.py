@@ -37,6 +37,7 @@ Public API
 
 from __future__ import annotations
 
+import reprlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
@@ -323,9 +324,9 @@ def graph_from_effective_document(doc: Mapping[str, object]) -> Graph:
     if not isinstance(doc, Mapping) or set(doc) != {"docket", "kind", "graph"}:
         raise _load_error("an effective document is {docket, kind, graph}")
     if doc["docket"] != EFFECTIVE_FORMAT or type(doc["docket"]) is not int:
-        raise _load_error(f"unsupported effective document format {doc['docket']!r}")
+        raise _load_error(f"unsupported effective document format {reprlib.repr(doc['docket'])}")
     if doc["kind"] != "graph":
-        raise _load_error(f"expected a graph document, got kind {doc['kind']!r}")
+        raise _load_error(f"expected a graph document, got kind {reprlib.repr(doc['kind'])}")
     try:
         graph = from_dict(doc["graph"])
     except GraphLoadError as exc:
