@@ -8,10 +8,13 @@ How it is put together:
   connection, so there reads share the writer's thread). A coroutine hands its job to
   the right thread and awaits the answer; the event loop never blocks on the file.
 * **Atomicity comes from SQLite.** Every write — each transition, each claim
-  operation, ``save_graph`` — is one ``BEGIN IMMEDIATE`` transaction that takes the
-  file's write lock before it reads anything, so the decisions it makes (fences,
+  operation, ``save_graph`` — runs inside a ``BEGIN IMMEDIATE`` transaction that takes
+  the file's write lock before it reads anything, so the decisions it makes (fences,
   replay, claim selection) cannot interleave with another writer, whether that writer
   is in this process or another one. Nothing relies on an in-process lock.
+* **Group commit.** Writes that queue up while the writer thread is busy share one
+  transaction (one fsync), each inside its own SAVEPOINT, so each is still kept or
+  undone whole and answered only after the shared COMMIT (see ``_write``).
 * **The shared rules.** Transitions run the shared validator first and store the
   canonical bytes it returns; inside the transaction they apply ``check_replay``,
   ``check_identity``, the fences, ``split_events`` and ``compare_event`` in the
@@ -151,6 +154,8 @@ T = TypeVar("T")
 Job = Callable[[sqlite3.Connection], T]
 
 _INT64_MIN = -(1 << 63)
+# Most write jobs one group commit applies in one transaction (see ``_write``).
+_MAX_GROUP_COMMIT = 64
 _SUMMARY_COLUMNS = (
     "tenant, run_id, graph_id, graph_hash, status, step, checkpoint_seq, "
     "started_at_us, updated_at_us, finished_at_us"
@@ -269,13 +274,55 @@ def _hub_for(target: Target) -> _Hub:
 # -- threads and connections ----------------------------------------------------------------------
 
 
+@attrs.define
+class _PendingWrite:
+    """A write job waiting for the writer thread, and where its answer goes."""
+
+    job: Callable[[sqlite3.Connection], _Done[Any]]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+
+
+def _answer(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled; the outcome stands in the store
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _deliver(entry: _PendingWrite, value: Any, error: BaseException | None = None) -> None:
+    with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+        entry.loop.call_soon_threadsafe(_answer, entry.future, value, error)
+
+
 class _Worker:
-    """One thread and the one connection it owns (opened lazily, on that thread)."""
+    """One thread and the one connection it owns (opened lazily, on that thread).
+
+    The writer also keeps the queue of write jobs that group commit drains (see
+    ``SQLiteBackend._write``).
+    """
 
     def __init__(self, name: str, opener: Callable[[], sqlite3.Connection]) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._opener = opener
         self._conn: sqlite3.Connection | None = None
+        self.pending: list[_PendingWrite] = []
+        self.pending_lock = threading.Lock()
+
+    def take_pending(self, limit: int) -> list[_PendingWrite]:
+        with self.pending_lock:
+            batch, self.pending = self.pending[:limit], self.pending[limit:]
+        return batch
+
+    def withdraw(self, entry: _PendingWrite) -> bool:
+        """Take ``entry`` back if no batch has picked it up yet."""
+        with self.pending_lock:
+            if entry in self.pending:
+                self.pending.remove(entry)
+                return True
+        return False
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -582,9 +629,91 @@ class SQLiteBackend:
     # -- running jobs --------------------------------------------------------------------------
 
     async def _write(self, job: Callable[[sqlite3.Connection], _Done[T]]) -> T:
-        """Run ``job`` in one ``BEGIN IMMEDIATE`` transaction on the writer thread."""
+        """Run ``job`` atomically on the writer thread, possibly sharing a transaction.
+
+        Group commit: jobs queue up while the writer thread is busy (typically waiting
+        for the previous commit's fsync), and the next pass applies everything queued in
+        ONE ``BEGIN IMMEDIATE … COMMIT`` (one fsync), each job inside its own SAVEPOINT.
+        A job's writes are kept or undone as a unit (``_Done.commit``, or an exception),
+        exactly as if it had its own transaction, and later jobs in the batch see the
+        earlier ones' writes, as they would in sequence. No job is answered before the
+        batch's COMMIT returns; if the batch as a whole fails, every job in it gets the
+        error and none of its writes is kept.
+        """
         await self._ensure_open()
-        return await self._writer.run(lambda conn: self._transact(conn, job))
+        writer = self._writer
+        loop = asyncio.get_running_loop()
+        entry = _PendingWrite(job, loop, loop.create_future())
+        with writer.pending_lock:
+            writer.pending.append(entry)
+        try:
+            # One pass per queued job, so every job is drained by its own pass at the
+            # latest; most passes find their job already done by an earlier batch.
+            await writer.run(self._transact_pending(writer))
+        except asyncio.CancelledError:
+            writer.withdraw(entry)  # not started: it never runs; started: it finishes alone
+            raise
+        except BaseException:
+            if writer.withdraw(entry):  # never ran, never will
+                raise
+            # else an earlier pass took the job; its answer comes through the future
+        result: T = await entry.future
+        return result
+
+    def _transact_pending(self, writer: _Worker) -> Job[None]:
+        def run_batch(conn: sqlite3.Connection) -> None:
+            batch = writer.take_pending(_MAX_GROUP_COMMIT)
+            if len(batch) == 1:
+                (entry,) = batch
+                try:
+                    value = self._transact(conn, entry.job)
+                except BaseException as exc:
+                    _deliver(entry, None, exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                else:
+                    _deliver(entry, value)
+            elif batch:
+                self._transact_batch(conn, batch)
+
+        return run_batch
+
+    def _transact_batch(self, conn: sqlite3.Connection, batch: list[_PendingWrite]) -> None:
+        answers: list[tuple[_PendingWrite, Any, BaseException | None]] = []
+        changed = announce = False
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for entry in batch:
+                conn.execute("SAVEPOINT docket_job")
+                try:
+                    done = entry.job(conn)
+                except Exception as exc:
+                    if not conn.in_transaction:  # SQLite gave up the whole transaction
+                        raise
+                    conn.execute("ROLLBACK TO docket_job")
+                    conn.execute("RELEASE docket_job")
+                    refused = store_error(exc) if isinstance(exc, sqlite3.Error) else exc
+                    answers.append((entry, None, refused))
+                    continue
+                if not done.commit:
+                    conn.execute("ROLLBACK TO docket_job")
+                conn.execute("RELEASE docket_job")
+                changed = changed or done.commit
+                announce = announce or (done.commit and done.announce)
+                answers.append((entry, done.value, None))
+            conn.execute("COMMIT" if changed else "ROLLBACK")
+        except BaseException as exc:
+            _rollback_quietly(conn)
+            failure = store_error(exc) if isinstance(exc, sqlite3.Error) else exc
+            for entry in batch:
+                _deliver(entry, None, failure)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        if announce:
+            self._hub.notify()
+        for entry, value, error in answers:
+            _deliver(entry, value, error)
 
     def _transact(
         self, conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], _Done[T]]
