@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PACKAGES := -e '.[test,otel,ui]' -e ./contract_tests -e ./backends/sqlite -e ./backends/postgres -e ./backends/redis
 
-.PHONY: venv demo test lint typecheck unit kit negative services clean
+.PHONY: venv demo test lint typecheck unit kit negative services clean chaos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,21 @@ chaos: $(STAMP) services
 	$(CHAOS) --backend sqlite
 	$(CHAOS) --backend postgres --restart-db 3
 	$(CHAOS) --backend redis --restart-db 3
+
+# The benchmark suite (bench/compare.py, docs/benchmarks.md): docket vs LangGraph and vs
+# the databases' raw write ceiling. Needs LangGraph and matplotlib (bench/requirements.txt),
+# installed here on demand; results go to bench/results/. Not part of `make test`.
+.PHONY: bench bench-quick bench-deps
+bench-deps: $(STAMP) bench/requirements.txt
+	$(BIN)/python -m pip install --quiet -r bench/requirements.txt
+
+bench: bench-deps
+	./scripts/ensure-services
+	$(BIN)/python bench/compare.py
+
+bench-quick: bench-deps
+	./scripts/ensure-services
+	$(BIN)/python bench/compare.py --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,436 +1,275 @@
-"""Durable throughput: docket's worker runtime vs LangGraph's checkpointers, side by side.
+"""docket vs LangGraph, and docket vs its databases: the whole benchmark in one command.
 
-    python bench/compare.py --quick            # about three minutes
-    python bench/compare.py                    # full: 300 runs, 1/8/32 in flight
-    python bench/compare.py --backends sqlite --shapes chain_10 --inflight 8 --runs 100
+    python bench/compare.py --quick     # about three minutes on a 2-core machine
+    python bench/compare.py             # full run
+    python bench/compare.py --sections durable --backends sqlite --shapes chain_10
 
-For every (backend, shape, in-flight) cell it runs N workflows and reports runs/s,
-supersteps/s and p50/p95/p99 completion latency (from the call that starts a run to the
-moment its terminal commit is durable).
+Sections (``--sections``; all by default), on the same machine and the same servers:
 
-- ``docket``: ``Docket.start_run`` from ``inflight`` client tasks, executed by one
-  in-process ``Docket.worker(concurrency=inflight)``; completion is seen through a commit
-  observer (``await_run`` as a fallback). Each trial uses a fresh SQLite file, Postgres
-  schema or Redis key prefix, and ends with invariant checks read back through the facade:
-  every run ``done`` and unclaimed, its events numbered 1..``event_seq`` without gaps. A
-  trial that fails them prints ``GATED`` instead of numbers.
-- ``langgraph``: the same shapes as a ``StateGraph`` with async no-op nodes, invoked with
-  ``durability="sync"`` from ``inflight`` tasks, on ``AsyncSqliteSaver`` (its own file, WAL,
-  ``synchronous=FULL``) and ``AsyncPostgresSaver`` (a connection pool, same server). No
-  LangGraph Redis saver is measured yet.
+- ``inmemory``: docket's inline runner vs LangGraph without a checkpointer and with
+  ``InMemorySaver`` (``bench/inline.py``): median time per run over interleaved batches;
+- ``durable``: each shape, ``--runs`` runs at each ``--inflight`` level, through docket's
+  worker runtime on SQLite (WAL, ``synchronous=FULL``), PostgreSQL and Redis (AOF
+  ``everysec``), against LangGraph with ``durability="sync"`` on ``AsyncSqliteSaver``,
+  ``AsyncPostgresSaver`` and ``langgraph-checkpoint-plainredis``'s ``AsyncRedisSaver``
+  (``bench/durable.py``). Every docket trial is gated by invariant checks;
+- ``ceiling``: each database's raw rate for docket's unit of durable work at 1/8/32
+  clients (``bench/ceiling.py``);
+- ``growth``: transitions/s and ``claim_due`` latency on a store holding
+  ``--growth-runs`` finished runs and ``--growth-events`` events vs an empty one;
+- ``longchat``: cost per step of a 200-superstep run appending 1 KB a step
+  (``bench/growth.py``).
 
-Servers are the throwaway ones the test suite uses: PostgreSQL from
-``docket_postgres.testing`` (note: it runs with ``fsync=off``, for both engines alike) and
-Redis from ``docket_redis.testing`` with AOF ``appendfsync everysec``.
-
-Prints a table and ``ratio durable <backend> <shape> inflight=<n> docket/langgraph=<x>``
-(throughput ratio; above 1 means docket completes more runs per second). LangGraph is
-imported only here (``pip install langgraph langgraph-checkpoint-sqlite
-langgraph-checkpoint-postgres``); a missing or failing contender prints ``unavailable``.
+Prints Markdown tables and the lines ``ratio <shape> <backend> <inflight>
+docket/langgraph=<x>`` (time ratio for ``inline``: below 1 means docket is faster;
+throughput ratio for the databases: above 1 means docket is faster), ``ceiling <backend>
+<inflight> docket/raw=<x>``, ``growth <backend> large/empty=<x>`` and ``longchat
+<backend> step200/step10=<x>``, and writes ``results.json``, ``results.md`` and PNG
+charts to ``--out`` (``bench/results/``). Exits 1 if a docket trial is GATED.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import itertools
+import importlib.metadata
+import platform
+import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
-import attrs
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from docket import FINISH, START, Docket, GraphBuilder, NodeRegistry
-from docket.graph.model import Graph
-from docket.graph.nodes import NodeContext, NodeState
-from docket.graph.schema import S
-from docket.records import RunStatus
-from docket.runtime.lifecycle import CommitContext
-from docket.values import JSONDict
+from bench import ceiling, durable, growth, inline
+from bench.report import Report
+from bench.shapes import SHAPES
+from bench.stores import Env, Place, servers
 
-SHAPES = ("single_node", "chain_10", "fanout_8")
 BACKENDS = ("sqlite", "postgres", "redis")
-# Node layers executed per run: the superstep count used for supersteps/s on both sides.
-SUPERSTEPS = {"single_node": 1, "chain_10": 10, "fanout_8": 1}
-RUN_TIMEOUT = 60.0
-
-# -- graphs (the shapes of bench/inline.py) -------------------------------------------------
-
-NODES = NodeRegistry()
+SECTIONS = ("inmemory", "durable", "ceiling", "growth", "longchat")
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
-@NODES.node("noop")
-def noop(state: NodeState, ctx: NodeContext) -> JSONDict:
-    return {}
+def _versions(env: Env) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": _cpu(),
+    }
+    for dist in (
+        "langgraph",
+        "langgraph-checkpoint",
+        "langgraph-checkpoint-sqlite",
+        "langgraph-checkpoint-postgres",
+        "langgraph-checkpoint-plainredis",
+    ):
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[dist] = None
+    import sqlite3
+
+    found["sqlite"] = sqlite3.sqlite_version
+    return found
 
 
-def docket_graph(shape: str) -> Graph:
-    builder = GraphBuilder(shape).input("value", S.integer())
-    if shape == "single_node":
-        builder.node("n0", "noop").edge("start", START, "n0").edge("done", "n0", FINISH)
-    elif shape == "chain_10":
-        for i in range(10):
-            builder.node(f"n{i}", "noop")
-        builder.edge("start", START, "n0").edge("done", "n9", FINISH)
-        for i in range(9):
-            builder.edge(f"e{i}", f"n{i}", f"n{i + 1}")
-    elif shape == "fanout_8":
-        for i in range(8):
-            builder.node(f"n{i}", "noop")
-            builder.edge(f"s{i}", START, f"n{i}").edge(f"f{i}", f"n{i}", FINISH)
-    else:
-        raise ValueError(shape)
-    return builder.build()
-
-
-class LGState(TypedDict, total=False):
-    value: int
-
-
-async def _lg_noop(state: LGState) -> dict[str, Any]:
-    return {}
-
-
-def langgraph_app(shape: str, checkpointer: Any) -> Any:
-    from langgraph.graph import END, StateGraph
-    from langgraph.graph import START as LG_START
-
-    graph: Any = StateGraph(LGState)
-    if shape == "single_node":
-        graph.add_node("n0", _lg_noop)
-        graph.add_edge(LG_START, "n0")
-        graph.add_edge("n0", END)
-    elif shape == "chain_10":
-        for i in range(10):
-            graph.add_node(f"n{i}", _lg_noop)
-        graph.add_edge(LG_START, "n0")
-        for i in range(9):
-            graph.add_edge(f"n{i}", f"n{i + 1}")
-        graph.add_edge("n9", END)
-    else:
-        for i in range(8):
-            graph.add_node(f"n{i}", _lg_noop)
-            graph.add_edge(LG_START, f"n{i}")
-            graph.add_edge(f"n{i}", END)
-    return graph.compile(checkpointer=checkpointer)
-
-
-# -- results --------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Result:
-    backend: str
-    engine: str
-    shape: str
-    inflight: int
-    runs: int = 0
-    seconds: float = 0.0
-    latencies: tuple[float, ...] = ()
-    gated: str | None = None
-    unavailable: str | None = None
-
-    @property
-    def runs_per_s(self) -> float:
-        return self.runs / self.seconds if self.seconds else 0.0
-
-    def percentile(self, q: int) -> float:
-        ordered = sorted(self.latencies)
-        index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
-        return ordered[index]
-
-    def line(self) -> str:
-        head = f"| {self.backend:<8} | {self.engine:<9} | {self.shape:<11} | {self.inflight:>3} |"
-        if self.unavailable is not None:
-            return f"{head} unavailable: {self.unavailable}"
-        if self.gated is not None:
-            return f"{head} GATED: {self.gated}"
-        steps = self.runs_per_s * SUPERSTEPS[self.shape]
-        ms = [self.percentile(q) * 1000 for q in (50, 95, 99)]
-        return (
-            f"{head} {self.runs_per_s:>8.1f} | {steps:>8.1f} | "
-            + " | ".join(f"{v:>7.1f}" for v in ms)
-            + " |"
-        )
-
-
-HEADER = (
-    "| backend  | engine    | shape       |  in | runs/s   | steps/s  | p50 ms  | p95 ms  "
-    "| p99 ms  |\n|----------|-----------|-------------|-----|----------|----------|---------|"
-    "---------|---------|"
-)
-
-
-async def drive(
-    runs: int, inflight: int, one: Callable[[int], Awaitable[float]]
-) -> tuple[float, tuple[float, ...]]:
-    """Run ``one(i)`` for i < runs with at most ``inflight`` at a time; wall time and
-    the per-run latencies ``one`` returned."""
-    counter = itertools.count()
-    latencies: list[float] = []
-
-    async def client() -> None:
-        while (i := next(counter)) < runs:
-            latencies.append(await one(i))
-
-    started = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(inflight)))
-    return time.perf_counter() - started, tuple(latencies)
-
-
-# -- docket ---------------------------------------------------------------------------------
-
-
-async def docket_trial(
-    backend: str, url: str, shape: str, runs: int, inflight: int, warmup: int
-) -> Result:
-    waiters: dict[str, asyncio.Future[float]] = {}
-
-    async def observe(checkpoint: Any, context: CommitContext) -> None:
-        run = checkpoint.run
-        if run.status.terminal:
-            fut = waiters.get(run.id)
-            if fut is not None and not fut.done():
-                fut.set_result(time.perf_counter())
-
-    cell = Result(backend, "docket", shape, inflight)
-    async with Docket(url, nodes=NODES, observers=[observe], poll_interval=0.2) as docket:
-        ref = await docket.save_graph(docket_graph(shape))
-        loop = asyncio.get_running_loop()
-        ids: list[str] = []
-
-        async def one(i: int, prefix: str = "r") -> float:
-            run_id = f"{prefix}{i}"
-            fut: asyncio.Future[float] = loop.create_future()
-            waiters[run_id] = fut
-            started = time.perf_counter()
-            await docket.start_run(ref, {"value": 1}, run_id=run_id)
-            try:
-                done = await asyncio.wait_for(asyncio.shield(fut), RUN_TIMEOUT)
-            except TimeoutError:  # observers are hints: fall back to reading the store
-                await docket.await_run(run_id, timeout=RUN_TIMEOUT, poll_interval=0.01)
-                done = time.perf_counter()
-            ids.append(run_id)
-            return done - started
-
-        async with docket.worker(concurrency=inflight, name="bench"):
-            await drive(warmup, inflight, lambda i: one(i, "w"))
-            ids.clear()
-            seconds, latencies = await drive(runs, inflight, one)
-        problem = await check_invariants(docket, ids, runs)
-    if problem is not None:
-        return attrs.evolve(cell, gated=problem)
-    return attrs.evolve(cell, runs=runs, seconds=seconds, latencies=latencies)
-
-
-async def check_invariants(docket: Docket, ids: list[str], runs: int) -> str | None:
-    if len(set(ids)) != runs:
-        return f"{len(set(ids))} of {runs} runs completed"
-    for run_id in ids:
-        info = await docket.inspect_run(run_id)
-        run = info.run
-        if run.status is not RunStatus.DONE:
-            return f"run {run_id} is {run.status}"
-        if info.claimed_at is not None:
-            return f"run {run_id} still claimed"
-        if info.poisoned_at is not None:
-            return f"run {run_id} poisoned"
-        seqs = [event.seq for event in await docket.history(run_id)]
-        if seqs != list(range(1, run.event_seq + 1)):
-            return f"run {run_id}: events not contiguous 1..{run.event_seq}"
-    return None
-
-
-# -- langgraph ------------------------------------------------------------------------------
-
-
-async def langgraph_trial(
-    backend: str,
-    saver: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
-    shape: str,
-    runs: int,
-    inflight: int,
-    warmup: int,
-) -> Result:
-    cell = Result(backend, "langgraph", shape, inflight)
+def _cpu() -> str:
     try:
-        async with saver() as checkpointer:
-            app = langgraph_app(shape, checkpointer)
-            tag = f"{shape}-{inflight}-{time.time_ns()}"
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return platform.processor()
+    model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if "Model name" in ln), "")
+    import os
 
-            async def one(i: int, prefix: str = "t") -> float:
-                config = {"configurable": {"thread_id": f"{tag}-{prefix}{i}"}}
-                started = time.perf_counter()
-                await app.ainvoke({"value": 1}, config, durability="sync")
-                return time.perf_counter() - started
-
-            await drive(warmup, inflight, lambda i: one(i, "w"))
-            seconds, latencies = await drive(runs, inflight, one)
-    except Exception as exc:
-        return attrs.evolve(cell, unavailable=f"{type(exc).__name__}: {exc}"[:160])
-    return attrs.evolve(cell, runs=runs, seconds=seconds, latencies=latencies)
+    return f"{os.cpu_count()} x {model or platform.processor()}"
 
 
-def sqlite_saver(path: Path) -> Callable[[], contextlib.AbstractAsyncContextManager[Any]]:
-    @contextlib.asynccontextmanager
-    async def make() -> AsyncIterator[Any]:
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+async def _server_versions(env: Env, meta: dict[str, Any]) -> None:
+    if env.missing("postgres") is None:
+        import psycopg
 
-        async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
-            await saver.setup()
-            await saver.conn.execute("PRAGMA journal_mode=WAL")
-            await saver.conn.execute("PRAGMA synchronous=FULL")
-            yield saver
+        async with await psycopg.AsyncConnection.connect(env.postgres_conninfo()) as conn:
+            cur = await conn.execute(b"SHOW server_version")
+            row = await cur.fetchone()
+            meta["postgres"] = row[0] if row else None
+            settings = {}
+            for name in ("fsync", "synchronous_commit", "full_page_writes"):
+                cur = await conn.execute(f"SHOW {name}".encode())
+                row = await cur.fetchone()
+                settings[name] = row[0] if row else None
+            meta["postgres_settings"] = settings
+    if env.missing("redis") is None:
+        import redis.asyncio as aioredis
 
-    return make
-
-
-def postgres_saver(
-    conninfo: str, inflight: int
-) -> Callable[[], contextlib.AbstractAsyncContextManager[Any]]:
-    @contextlib.asynccontextmanager
-    async def make() -> AsyncIterator[Any]:
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-        from psycopg.rows import dict_row
-        from psycopg_pool import AsyncConnectionPool
-
-        kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
-        pool: Any = AsyncConnectionPool(
-            conninfo, min_size=1, max_size=max(2, inflight), kwargs=kwargs, open=False
-        )
-        async with pool:
-            saver = AsyncPostgresSaver(pool)
-            await saver.setup()
-            yield saver
-
-    return make
+        client: Any = aioredis.from_url(env.redis_url())
+        info = await client.info("server")
+        meta["redis"] = info.get("redis_version")
+        meta["redis_appendfsync"] = (await client.config_get("appendfsync")).get("appendfsync")
+        await client.aclose()
 
 
-# -- servers --------------------------------------------------------------------------------
+def _placer(backend: str, env: Env) -> Callable[[str], Place]:
+    return lambda name: Place(backend, env, name)
 
 
-@contextlib.contextmanager
-def servers(wanted: tuple[str, ...]) -> Iterator[dict[str, Any]]:
-    found: dict[str, Any] = {}
-    with contextlib.ExitStack() as stack:
-        directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="docket-bench-")))
-        found["dir"] = directory
-        if "postgres" in wanted:
-            try:
-                from docket_postgres.testing import ThrowawayPostgres
-
-                found["postgres"] = stack.enter_context(ThrowawayPostgres())
-            except Exception as exc:
-                found["postgres"] = f"{type(exc).__name__}: {exc}"[:160]
-        if "redis" in wanted:
-            try:
-                from docket_redis.testing import redis_server
-
-                found["redis"] = stack.enter_context(
-                    redis_server(appendonly=True, appendfsync="everysec")
-                )
-            except Exception as exc:
-                found["redis"] = f"{type(exc).__name__}: {exc}"[:160]
-        yield found
+def _say(text: str) -> None:
+    print(text, flush=True)
 
 
-async def run_cell(
-    env: dict[str, Any], backend: str, shape: str, inflight: int, runs: int, warmup: int
-) -> list[Result]:
-    trial = f"{backend}_{shape}_{inflight}"
-    directory: Path = env["dir"]
-    out: list[Result] = []
-    server: Any = env.get(backend)
-    if isinstance(server, str):
-        return [
-            Result(backend, engine, shape, inflight, unavailable=f"server: {server}")
-            for engine in ("docket", "langgraph")
-        ]
-    saver: Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None = None
-    lg_missing = "no LangGraph Redis saver in this first cut"
-    if backend == "sqlite":
-        url = f"sqlite:///{directory / (trial + '.db')}?synchronous=FULL"
-        saver = sqlite_saver(directory / f"lg_{trial}.db")
-    elif backend == "postgres":
-        url = server.url(schema=trial)
-        saver = postgres_saver(server.conninfo(), inflight)
-    else:
-        url = f"{server.url}?prefix={trial}"
-    try:
-        out.append(await docket_trial(backend, url, shape, runs, inflight, warmup))
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}"[:160]
-        out.append(Result(backend, "docket", shape, inflight, gated=reason))
-    if saver is None:
-        out.append(Result(backend, "langgraph", shape, inflight, unavailable=lg_missing))
-    else:
-        out.append(await langgraph_trial(backend, saver, shape, runs, inflight, warmup))
-    return out
-
-
-def _ratio(results: list[Result]) -> Iterator[str]:
-    for docket in results:
-        if docket.engine != "docket" or not docket.runs:
-            continue
-        for other in results:
-            if (
-                other.engine == "langgraph"
-                and other.runs
-                and (other.backend, other.shape, other.inflight)
-                == (docket.backend, docket.shape, docket.inflight)
-            ):
-                ratio = docket.runs_per_s / other.runs_per_s
-                yield (
-                    f"ratio durable {docket.backend} {docket.shape} inflight={docket.inflight} "
-                    f"docket/langgraph={ratio:.3f}"
-                )
-
-
-async def main_async(args: argparse.Namespace) -> int:
-    results: list[Result] = []
+async def run_all(args: argparse.Namespace, report: Report) -> None:
     with servers(tuple(args.backends)) as env:
-        print(
-            f"durable: {args.runs} runs per cell (+{args.warmup} warm-up), "
-            f"in flight {args.inflight}, python {sys.version.split()[0]}",
-            flush=True,
-        )
-        print(HEADER, flush=True)
-        for backend in args.backends:
-            for shape in args.shapes:
-                for inflight in args.inflight:
-                    cell = await run_cell(env, backend, shape, inflight, args.runs, args.warmup)
-                    for result in cell:
-                        print(result.line(), flush=True)
-                    results.extend(cell)
-    for line in _ratio(results):
-        print(line)
-    gated = [r for r in results if r.gated is not None]
-    return 1 if gated else 0
+        report.meta.update(_versions(env))
+        await _server_versions(env, report.meta)
+        _say(f"machine: {report.meta}")
+
+        if "inmemory" in args.sections:
+            began = time.perf_counter()
+            # A thread of its own: the inline runner refuses to run inside an event loop.
+            report.inline = await asyncio.to_thread(
+                inline.measure, args.batches, args.batch_size, args.inline_warmup
+            )
+            _say(f"\n### In memory ({time.perf_counter() - began:.0f} s)\n")
+            _say(report.inline_table())
+
+        if "durable" in args.sections:
+            began = time.perf_counter()
+            _say(
+                f"\n### Durable: {args.runs} runs per cell (+{args.warmup} warm-up), "
+                f"in flight {args.inflight}\n"
+            )
+            for backend in args.backends:
+                missing = env.missing(backend)
+                for shape in args.shapes:
+                    for inflight in args.inflight:
+                        if missing is not None:
+                            cell = [
+                                durable.Result(backend, e, shape, inflight, unavailable=missing)
+                                for e in ("docket", "langgraph")
+                            ]
+                        else:
+                            cell = await durable.run_cell(
+                                _placer(backend, env),
+                                shape,
+                                inflight,
+                                args.runs,
+                                args.warmup,
+                            )
+                        report.durable.extend(cell)
+                        for r in cell:
+                            state = r.gated or r.unavailable or f"{r.runs_per_s:.1f} runs/s"
+                            _say(f"  {backend} {r.engine} {shape} {inflight}: {state}")
+            _say(f"({time.perf_counter() - began:.0f} s)\n")
+            _say(report.durable_table())
+
+        if "ceiling" in args.sections:
+            began = time.perf_counter()
+            for backend in args.backends:
+                for clients in args.inflight:
+                    report.ceilings.append(
+                        await ceiling.paired(
+                            env,
+                            backend,
+                            clients,
+                            args.ceiling_seconds,
+                            args.ceiling_runs,
+                            args.ceiling_repeats,
+                        )
+                    )
+            _say(f"\n### Write ceiling ({time.perf_counter() - began:.0f} s)\n")
+            _say(report.ceiling_table())
+
+        if "growth" in args.sections:
+            began = time.perf_counter()
+            for backend in args.backends:
+                report.growth.extend(
+                    await growth.growth_pair(
+                        env,
+                        backend,
+                        args.growth_runs,
+                        args.growth_events,
+                        args.growth_trial_runs,
+                        8,
+                        args.growth_repeats,
+                    )
+                )
+            _say(f"\n### Growth ({time.perf_counter() - began:.0f} s)\n")
+            _say(report.growth_table())
+
+        if "longchat" in args.sections:
+            began = time.perf_counter()
+            for backend in args.backends:
+                place = Place(backend, env, "longchat")
+                report.long_chat.append(
+                    await growth.long_chat(place, args.longchat_turns, args.longchat_runs)
+                )
+            _say(f"\n### Long chat ({time.perf_counter() - began:.0f} s)\n")
+            _say(report.long_chat_table())
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    add = parser.add_argument
+    add("--quick", action="store_true", help="smaller everything: about three minutes")
+    add("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    add("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    add("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
+    add("--inflight", type=int, nargs="+", default=[1, 8, 32], help="also ceiling clients")
+    add("--runs", type=int, help="measured runs per durable cell (300; quick 40)")
+    add("--warmup", type=int, help="warm-up runs per durable cell (30; quick 5)")
+    add("--batches", type=int, help="in-memory batches (15; quick 7)")
+    add("--batch-size", type=int, help="in-memory runs per batch (40; quick 20)")
+    add("--inline-warmup", type=int, help="in-memory warm-up runs (30; quick 10)")
+    add("--ceiling-seconds", type=float, help="seconds per ceiling level (4; quick 1)")
+    add("--ceiling-runs", type=int, help="docket chain_10 runs per ceiling level (150; quick 30)")
+    add("--ceiling-repeats", type=int, help="raw/docket pairs per level (3; quick 2)")
+    add("--growth-runs", type=int, help="finished runs in the large store (100k; quick 10k)")
+    add("--growth-events", type=int, help="events in the large store (1M; quick 100k)")
+    add("--growth-trial-runs", type=int, help="runs per growth trial (150; quick 40)")
+    add("--growth-repeats", type=int, help="alternating trials per store (3; quick 2)")
+    add("--longchat-turns", type=int, default=200)
+    add("--longchat-runs", type=int, help="long-chat runs per backend (3; quick 1)")
+    add("--out", type=Path, default=RESULTS, help="where JSON and charts go")
+    args = parser.parse_args(argv)
+    defaults = {
+        "runs": (300, 40),
+        "warmup": (30, 5),
+        "batches": (15, 7),
+        "batch_size": (40, 20),
+        "inline_warmup": (30, 10),
+        "ceiling_seconds": (4.0, 1.0),
+        "ceiling_runs": (150, 30),
+        "ceiling_repeats": (3, 2),
+        "growth_runs": (100_000, 10_000),
+        "growth_events": (1_000_000, 100_000),
+        "growth_trial_runs": (150, 40),
+        "growth_repeats": (3, 2),
+        "longchat_runs": (3, 1),
+    }
+    for name, (full, quick) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="50 runs, 1 and 8 in flight")
-    parser.add_argument("--runs", type=int, default=None, help="runs per cell (300; quick 50)")
-    parser.add_argument("--warmup", type=int, default=None, help="warm-up runs per cell")
-    parser.add_argument("--inflight", type=int, nargs="+", default=None)
-    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
-    parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
-    args = parser.parse_args(argv)
-    if args.runs is None:
-        args.runs = 50 if args.quick else 300
-    if args.warmup is None:
-        args.warmup = 8 if args.quick else 30
-    if args.inflight is None:
-        args.inflight = [1, 8] if args.quick else [1, 8, 32]
+    args = parse(argv)
     started = time.perf_counter()
-    code = asyncio.run(main_async(args))
-    print(f"total {time.perf_counter() - started:.0f} s")
-    return code
+    report = Report(meta={"quick": args.quick, "argv": sys.argv[1:] if argv is None else argv})
+    asyncio.run(run_all(args, report))
+    elapsed = time.perf_counter() - started
+    report.meta["seconds"] = round(elapsed, 1)
+    written = report.write(args.out)
+    _say("")
+    for line in report.lines():
+        _say(line)
+    _say(f"\nwrote {', '.join(str(p) for p in written)}")
+    _say(f"total {elapsed:.0f} s")
+    gated = [r for r in report.durable if r.gated is not None]
+    return 1 if gated else 0
 
 
 if __name__ == "__main__":

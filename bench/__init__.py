@@ -1,0 +1,1 @@
+"""The benchmark suite: ``python bench/compare.py`` (see docs/benchmarks.md)."""

@@ -1,0 +1,257 @@
+"""Durable trials: N runs of one shape at a fixed number in flight, on one backend.
+
+- docket: ``inflight`` client tasks call ``Docket.start_run``; one in-process
+  ``Docket.worker(concurrency=inflight)`` claims and executes the runs. A run is complete
+  when its terminal commit is durable (seen by a commit observer; ``await_run`` is the
+  fallback). Afterwards every run is read back from the database and checked: terminal
+  (``done``), unclaimed, not poisoned, events numbered 1..``event_seq`` without gaps, and
+  the checkpoints the observer saw numbered without gaps up to ``checkpoint_seq``. A trial
+  that fails reports GATED instead of numbers.
+- LangGraph: the same shape, ``ainvoke(..., durability="sync")`` from ``inflight`` tasks
+  with a new thread per run.
+
+Both report the storage the measured runs added (bytes and rows/keys per run), taken as
+the difference of two :meth:`Place.footprint` readings around the measured runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+from bench.shapes import NODES, SUPERSTEPS, docket_graph, langgraph_app
+from bench.stores import Footprint, Place
+from docket import Docket
+from docket.records import RunStatus
+from docket.runtime.lifecycle import CommitContext
+
+RUN_TIMEOUT = 60.0
+
+
+@attrs.frozen
+class Result:
+    backend: str
+    engine: str
+    shape: str
+    inflight: int
+    runs: int = 0
+    seconds: float = 0.0
+    latencies: tuple[float, ...] = ()
+    transitions_per_run: float = 0.0  # durable commits per run (docket: checkpoint_seq)
+    bytes_per_run: float = 0.0
+    rows_per_run: float = 0.0
+    gated: str | None = None
+    unavailable: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.runs > 0 and self.gated is None and self.unavailable is None
+
+    @property
+    def runs_per_s(self) -> float:
+        return self.runs / self.seconds if self.seconds else 0.0
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.runs_per_s * SUPERSTEPS.get(self.shape, 1)
+
+    @property
+    def transitions_per_s(self) -> float:
+        return self.runs_per_s * self.transitions_per_run
+
+    def percentile(self, q: int) -> float:
+        ordered = sorted(self.latencies)
+        if not ordered:
+            return 0.0
+        index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
+        return ordered[index]
+
+    def as_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        del out["latencies"]
+        out.update(
+            runs_per_s=self.runs_per_s,
+            steps_per_s=self.steps_per_s,
+            transitions_per_s=self.transitions_per_s,
+            p50_ms=self.percentile(50) * 1000,
+            p95_ms=self.percentile(95) * 1000,
+            p99_ms=self.percentile(99) * 1000,
+        )
+        return out
+
+
+async def drive(
+    runs: int, inflight: int, one: Callable[[int], Awaitable[float]]
+) -> tuple[float, tuple[float, ...]]:
+    """Run ``one(i)`` for i < runs with at most ``inflight`` at a time; wall time and
+    the per-run latencies ``one`` returned."""
+    counter = itertools.count()
+    latencies: list[float] = []
+
+    async def client() -> None:
+        while (i := next(counter)) < runs:
+            latencies.append(await one(i))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(inflight)))
+    return time.perf_counter() - started, tuple(latencies)
+
+
+def _per_run(before: Footprint, after: Footprint, runs: int) -> tuple[float, float]:
+    return (after.bytes - before.bytes) / runs, (after.rows - before.rows) / runs
+
+
+# -- docket ---------------------------------------------------------------------------------
+
+
+async def docket_trial(
+    place: Place,
+    shape: str,
+    runs: int,
+    inflight: int,
+    warmup: int,
+    *,
+    instrument: Callable[[Docket], None] | None = None,
+    footprint: bool = True,
+    tag: str = "",
+) -> Result:
+    cell = Result(place.backend, "docket", shape, inflight)
+    waiters: dict[str, asyncio.Future[float]] = {}
+    seen: dict[str, list[int]] = {}
+
+    async def observe(checkpoint: Any, context: CommitContext) -> None:
+        run = checkpoint.run
+        seen.setdefault(run.id, []).append(checkpoint.seq)
+        if run.status.terminal:
+            fut = waiters.get(run.id)
+            if fut is not None and not fut.done():
+                fut.set_result(time.perf_counter())
+
+    url = place.docket_url()
+    async with Docket(url, nodes=NODES, observers=[observe], poll_interval=0.2) as docket:
+        if instrument is not None:
+            instrument(docket)
+        ref = await docket.save_graph(docket_graph(shape))
+        loop = asyncio.get_running_loop()
+        ids: list[str] = []
+
+        async def one(i: int, prefix: str = "r") -> float:
+            run_id = f"{tag}{prefix}{i}"
+            fut: asyncio.Future[float] = loop.create_future()
+            waiters[run_id] = fut
+            started = time.perf_counter()
+            await docket.start_run(ref, {"value": 1}, run_id=run_id)
+            try:
+                done = await asyncio.wait_for(asyncio.shield(fut), RUN_TIMEOUT)
+            except TimeoutError:  # observers are hints: fall back to reading the store
+                await docket.await_run(run_id, timeout=RUN_TIMEOUT, poll_interval=0.01)
+                done = time.perf_counter()
+            ids.append(run_id)
+            return done - started
+
+        async with docket.worker(concurrency=inflight, name="bench"):
+            await drive(warmup, inflight, lambda i: one(i, "w"))
+            before = await place.footprint() if footprint else Footprint(0, 0)
+            ids.clear()
+            seconds, latencies = await drive(runs, inflight, one)
+        after = await place.footprint() if footprint else Footprint(0, 0)
+        problem, transitions = await check_invariants(docket, ids, runs, seen)
+    if problem is not None:
+        return attrs.evolve(cell, gated=problem)
+    size, rows = _per_run(before, after, runs)
+    return attrs.evolve(
+        cell,
+        runs=runs,
+        seconds=seconds,
+        latencies=latencies,
+        transitions_per_run=transitions,
+        bytes_per_run=size,
+        rows_per_run=rows,
+    )
+
+
+async def check_invariants(
+    docket: Docket, ids: list[str], runs: int, seen: dict[str, list[int]]
+) -> tuple[str | None, float]:
+    """The first broken invariant (or None) and the mean checkpoints per run."""
+    if len(set(ids)) != runs:
+        return f"{len(set(ids))} of {runs} runs completed", 0.0
+    checkpoints = 0
+    for run_id in ids:
+        info = await docket.inspect_run(run_id)
+        run = info.run
+        if run.status is not RunStatus.DONE:
+            return f"run {run_id} is {run.status}", 0.0
+        if info.claimed_at is not None:
+            return f"run {run_id} still claimed", 0.0
+        if info.poisoned_at is not None:
+            return f"run {run_id} poisoned", 0.0
+        seqs = [event.seq for event in await docket.history(run_id)]
+        if seqs != list(range(1, run.event_seq + 1)):
+            return f"run {run_id}: events not contiguous 1..{run.event_seq}", 0.0
+        # The initial checkpoint is written by start_run, the rest by the worker's commits.
+        observed = sorted(seen.get(run_id, []))
+        if observed and observed != list(range(observed[0], run.checkpoint_seq + 1)):
+            return f"run {run_id}: checkpoints {observed} not gap-free", 0.0
+        checkpoints += run.checkpoint_seq
+    return None, checkpoints / runs
+
+
+# -- LangGraph ------------------------------------------------------------------------------
+
+
+async def langgraph_trial(
+    place: Place, shape: str, runs: int, inflight: int, warmup: int
+) -> Result:
+    cell = Result(place.backend, "langgraph", shape, inflight)
+    try:
+        async with place.langgraph_saver(inflight)() as checkpointer:
+            app = langgraph_app(shape, checkpointer)
+
+            async def one(i: int, prefix: str = "t") -> float:
+                config = {"configurable": {"thread_id": f"{prefix}{i}"}}
+                started = time.perf_counter()
+                await app.ainvoke({"value": 1}, config, durability="sync")
+                return time.perf_counter() - started
+
+            await drive(warmup, inflight, lambda i: one(i, "w"))
+            before = await place.footprint()
+            seconds, latencies = await drive(runs, inflight, one)
+            after = await place.footprint()
+            # LangGraph writes one checkpoint per superstep plus the input one.
+            history = [
+                s async for s in app.aget_state_history({"configurable": {"thread_id": "t0"}})
+            ]
+    except Exception as exc:
+        return attrs.evolve(cell, unavailable=f"{type(exc).__name__}: {exc}"[:160])
+    size, rows = _per_run(before, after, runs)
+    return attrs.evolve(
+        cell,
+        runs=runs,
+        seconds=seconds,
+        latencies=latencies,
+        transitions_per_run=float(len(history)),
+        bytes_per_run=size,
+        rows_per_run=rows,
+    )
+
+
+async def run_cell(
+    place_of: Callable[[str], Place], shape: str, inflight: int, runs: int, warmup: int
+) -> list[Result]:
+    """docket then LangGraph, each in a fresh place named for the cell."""
+    backend = place_of("x").backend
+    trial = f"{backend}_{shape}_{inflight}"
+    out: list[Result] = []
+    try:
+        out.append(await docket_trial(place_of(f"d_{trial}"), shape, runs, inflight, warmup))
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"[:160]
+        out.append(Result(backend, "docket", shape, inflight, gated=reason))
+    out.append(await langgraph_trial(place_of(f"lg_{trial}"), shape, runs, inflight, warmup))
+    return out

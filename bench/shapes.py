@@ -1,0 +1,130 @@
+"""The benchmark's graph shapes, built once for docket and once for LangGraph.
+
+Every node of the three comparison shapes is a no-op returning an empty update, so the
+engines' own costs (scheduling, state handling, persistence) are what gets timed:
+
+- ``single_node``: one node;
+- ``chain_10``: ten nodes in a line (ten supersteps);
+- ``fanout_8``: eight nodes started together (one superstep).
+
+``long_chat`` is docket only: one node looping on itself, each superstep appending a
+1 KB message to a list field, until ``turns`` supersteps have run.
+
+LangGraph is imported inside the functions that need it, so this module (and mypy)
+works without it.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+from docket import FINISH, START, GraphBuilder, NodeRegistry
+from docket.graph.guards import equals, not_
+from docket.graph.model import Graph
+from docket.graph.nodes import NodeContext, NodeState
+from docket.graph.reducers import R
+from docket.graph.schema import S
+from docket.values import JSONDict
+
+SHAPES = ("single_node", "chain_10", "fanout_8")
+# Node layers executed per run: the superstep count used for supersteps/s on both sides.
+SUPERSTEPS = {"single_node": 1, "chain_10": 10, "fanout_8": 1}
+MESSAGE = "m" * 1024
+
+NODES = NodeRegistry()
+
+
+@NODES.node("noop")
+def noop(state: NodeState, ctx: NodeContext) -> JSONDict:
+    return {}
+
+
+def _int(value: object, default: int) -> int:
+    return value if isinstance(value, int) else default
+
+
+@NODES.node("chat_turn")
+def chat_turn(state: NodeState, ctx: NodeContext) -> JSONDict:
+    turn = _int(state.get("turn"), 0) + 1
+    limit = _int(state.get("turns"), 200)
+    return {"messages": [MESSAGE], "turn": turn, "finished": turn >= limit}
+
+
+def docket_graph(shape: str) -> Graph:
+    builder = GraphBuilder(shape).input("value", S.integer())
+    if shape == "single_node":
+        builder.node("n0", "noop").edge("start", START, "n0").edge("done", "n0", FINISH)
+    elif shape == "chain_10":
+        for i in range(10):
+            builder.node(f"n{i}", "noop")
+        builder.edge("start", START, "n0").edge("done", "n9", FINISH)
+        for i in range(9):
+            builder.edge(f"e{i}", f"n{i}", f"n{i + 1}")
+    elif shape == "fanout_8":
+        for i in range(8):
+            builder.node(f"n{i}", "noop")
+            builder.edge(f"s{i}", START, f"n{i}").edge(f"f{i}", f"n{i}", FINISH)
+    else:
+        raise ValueError(f"unknown shape {shape!r}")
+    return builder.build()
+
+
+def long_chat_graph(turns: int) -> Graph:
+    return (
+        GraphBuilder("long_chat")
+        .input("turns", S.integer())
+        .field("turn", S.integer())
+        .field("finished", S.boolean())
+        .field("messages", S.list(S.string()), reducer=R.append())
+        .node("chat", "chat_turn")
+        .edge("start", START, "chat")
+        .edge("again", "chat", "chat", guard=not_(equals("finished", True)))
+        .edge("done", "chat", FINISH, guard=equals("finished", True))
+        .max_supersteps(turns + 10)
+        .build()
+    )
+
+
+# -- LangGraph ------------------------------------------------------------------------------
+
+
+class LGState(TypedDict, total=False):
+    value: int
+    out: Annotated[list[str], operator.add]
+
+
+async def _lg_noop_async(state: LGState) -> dict[str, Any]:
+    return {}
+
+
+def _lg_noop_sync(state: LGState) -> dict[str, Any]:
+    return {}
+
+
+def langgraph_app(shape: str, checkpointer: Any, *, use_async: bool = True) -> Any:
+    """The compiled ``StateGraph`` of ``shape``; ``async def`` nodes unless told otherwise."""
+    from langgraph.graph import END, StateGraph
+    from langgraph.graph import START as LG_START
+
+    fn: Any = _lg_noop_async if use_async else _lg_noop_sync
+    graph: Any = StateGraph(LGState)
+    if shape == "single_node":
+        graph.add_node("n0", fn)
+        graph.add_edge(LG_START, "n0")
+        graph.add_edge("n0", END)
+    elif shape == "chain_10":
+        for i in range(10):
+            graph.add_node(f"n{i}", fn)
+        graph.add_edge(LG_START, "n0")
+        for i in range(9):
+            graph.add_edge(f"n{i}", f"n{i + 1}")
+        graph.add_edge("n9", END)
+    elif shape == "fanout_8":
+        for i in range(8):
+            graph.add_node(f"n{i}", fn)
+            graph.add_edge(LG_START, f"n{i}")
+            graph.add_edge(f"n{i}", END)
+    else:
+        raise ValueError(f"unknown shape {shape!r}")
+    return graph.compile(checkpointer=checkpointer)
