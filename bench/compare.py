@@ -14,7 +14,8 @@ Sections (``--sections``; all by default), on the same machine and the same serv
   ``AsyncPostgresSaver`` and ``langgraph-checkpoint-plainredis``'s ``AsyncRedisSaver``
   (``bench/durable.py``). Every docket trial is gated by invariant checks;
 - ``ceiling``: each database's raw rate for docket's unit of durable work at 1/8/32
-  clients (``bench/ceiling.py``);
+  clients, against docket with one in-process worker and with ``--ceiling-workers``
+  ``docket worker`` processes (``bench/ceiling.py``);
 - ``growth``: transitions/s and ``claim_due`` latency on a store holding
   ``--growth-runs`` finished runs and ``--growth-events`` events vs an empty one;
 - ``longchat``: cost per step of a 200-superstep run appending 1 KB a step
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.metadata
+import os
 import platform
 import subprocess
 import sys
@@ -83,8 +85,6 @@ def _cpu() -> str:
     except OSError:
         return platform.processor()
     model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if "Model name" in ln), "")
-    import os
-
     return f"{os.cpu_count()} x {model or platform.processor()}"
 
 
@@ -177,6 +177,7 @@ async def run_all(args: argparse.Namespace, report: Report) -> None:
                             args.ceiling_seconds,
                             args.ceiling_runs,
                             args.ceiling_repeats,
+                            args.ceiling_workers,
                         )
                     )
             _say(f"\n### Write ceiling ({time.perf_counter() - began:.0f} s)\n")
@@ -226,6 +227,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--ceiling-seconds", type=float, help="seconds per ceiling level (4; quick 1)")
     add("--ceiling-runs", type=int, help="docket chain_10 runs per ceiling level (150; quick 30)")
     add("--ceiling-repeats", type=int, help="raw/docket pairs per level (3; quick 2)")
+    add(
+        "--ceiling-workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="docket worker processes for the ceiling's second docket trial (default: the "
+        "number of cores; 0 or 1: in-process worker only)",
+    )
     add("--growth-runs", type=int, help="finished runs in the large store (100k; quick 10k)")
     add("--growth-events", type=int, help="events in the large store (1M; quick 100k)")
     add("--growth-trial-runs", type=int, help="runs per growth trial (150; quick 40)")

@@ -6,11 +6,14 @@
 ``bench/shapes.py``. Contenders, timed in the same process and interleaved batch by batch
 so machine noise hits them alike:
 
-- ``docket``: ``docket.testing.run_inline`` on a precompiled runtime graph. Every run
-  builds its full run document and all of its events and checkpoints (the contract
+- ``docket``: ``docket.testing.run_inline_async`` on a precompiled runtime graph. Every
+  run builds its full run document and all of its events and checkpoints (the contract
   validator and the backend commit are off, as in a unit test);
-- ``langgraph``: the compiled ``StateGraph`` (sync no-op nodes) without a checkpointer;
+- ``langgraph``: the compiled ``StateGraph`` without a checkpointer, ``ainvoke``;
 - ``langgraph_inmemorysaver``: the same with ``InMemorySaver`` (a fresh thread per run).
+
+Both engines run the same ``async def`` no-op nodes, all on one event loop (no thread hop
+on either side).
 
 The ratio reported is docket's time over LangGraph-with-``InMemorySaver``'s (below 1
 means docket is faster). LangGraph is only imported here; docket does not depend on it.
@@ -19,12 +22,13 @@ means docket is faster). LangGraph is only imported here; docket does not depend
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import itertools
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,52 +38,60 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable
 from bench.shapes import NODES, SHAPES, docket_graph, langgraph_app
 from docket.graph.compiler import compile_graph
 from docket.records import RunStatus
-from docket.testing import run_inline
+from docket.testing import run_inline_async
 
 CONTENDERS = ("docket", "langgraph", "langgraph_inmemorysaver")
 EXPECTED_CHECKPOINTS = {"single_node": 3, "chain_10": 12, "fanout_8": 3}
 
 
-def docket_runner(shape: str) -> Callable[[], None]:
+Runner = Callable[[], Awaitable[None]]
+
+
+def docket_runner(shape: str) -> Runner:
     result = compile_graph(docket_graph(shape), NODES)
     if not result.ok or result.runtime is None:
         raise RuntimeError(f"{shape}: {result.errors}")
     rtg = result.runtime
     expected = EXPECTED_CHECKPOINTS[shape]
 
-    def run() -> None:
-        done = run_inline(rtg, {"value": 1})
+    async def run() -> None:
+        done = await run_inline_async(rtg, {"value": 1})
         if done.run.status is not RunStatus.DONE or len(done.checkpoints) != expected:
             raise AssertionError(f"{shape}: ended {done.run.status}, {len(done.checkpoints)}")
 
     return run
 
 
-def langgraph_runner(shape: str, *, saver: bool) -> Callable[[], None]:
+def langgraph_runner(shape: str, *, saver: bool) -> Runner:
     from langgraph.checkpoint.memory import InMemorySaver
 
-    app: Any = langgraph_app(shape, InMemorySaver() if saver else None, use_async=False)
+    app: Any = langgraph_app(shape, InMemorySaver() if saver else None)
     threads = itertools.count()
 
-    def run() -> None:
+    async def run() -> None:
         config = {"configurable": {"thread_id": f"t{next(threads)}"}} if saver else None
-        app.invoke({"value": 1}, config)
+        await app.ainvoke({"value": 1}, config)
 
     return run
 
 
-def per_run_seconds(fn: Callable[[], None], batch_size: int) -> float:
+async def per_run_seconds(fn: Runner, batch_size: int) -> float:
     started = time.perf_counter()
     for _ in range(batch_size):
-        fn()
+        await fn()
     return (time.perf_counter() - started) / batch_size
 
 
 def measure(batches: int, batch_size: int, warmup: int) -> dict[str, dict[str, float]]:
-    """Median seconds per run, per shape and contender (LangGraph missing: docket only)."""
+    """Median seconds per run, per shape and contender (LangGraph missing: docket only),
+    on a fresh event loop of this thread."""
+    return asyncio.run(_measure(batches, batch_size, warmup))
+
+
+async def _measure(batches: int, batch_size: int, warmup: int) -> dict[str, dict[str, float]]:
     medians: dict[str, dict[str, float]] = {}
     for shape in SHAPES:
-        row: dict[str, Callable[[], None]] = {"docket": docket_runner(shape)}
+        row: dict[str, Runner] = {"docket": docket_runner(shape)}
         try:
             row["langgraph"] = langgraph_runner(shape, saver=False)
             row["langgraph_inmemorysaver"] = langgraph_runner(shape, saver=True)
@@ -87,12 +99,12 @@ def measure(batches: int, batch_size: int, warmup: int) -> dict[str, dict[str, f
             pass
         for fn in row.values():
             for _ in range(warmup):
-                fn()
+                await fn()
         samples: dict[str, list[float]] = {name: [] for name in row}
         gc.collect()
         for _ in range(batches):
             for name, fn in row.items():
-                samples[name].append(per_run_seconds(fn, batch_size))
+                samples[name].append(await per_run_seconds(fn, batch_size))
         medians[shape] = {name: statistics.median(s) for name, s in samples.items()}
     return medians
 
