@@ -42,7 +42,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Literal, TypeAlias
+from typing import Literal, Protocol, TypeAlias, cast
 
 import attrs
 
@@ -73,14 +73,14 @@ from docket.core.plan import Dispatch, HostLimits, check_execution_policy
 from docket.core.proposals import claimed_proposal
 from docket.core.settle import settle
 from docket.graph.compiler import RuntimeGraph
-from docket.records import GraphRef, Run, RunStatus, tenant_id_of
+from docket.records import GraphRef, OwnerScope, Run, RunStatus, tenant_id_of
 from docket.runtime.execute import execute
 from docket.runtime.graphs import GraphCache, GraphProblem
 from docket.runtime.lifecycle import CommitContext, CommitPolicy, Ids, Observers, commit
 from docket.settings import Settings
 from docket.telemetry import NO_SPAN, Span, Telemetry, log_context, stamp_logger
 
-__all__ = ["DrainOutcome", "Drainer", "Heartbeat", "OutcomeKind", "host_limits"]
+__all__ = ["ClaimedRuns", "DrainOutcome", "Drainer", "Heartbeat", "OutcomeKind", "host_limits"]
 
 log = stamp_logger(logging.getLogger("docket.worker"))
 
@@ -109,6 +109,17 @@ class DrainOutcome:
     yielded: bool = False
 
 
+class ClaimedRuns(Protocol):
+    """Optional on a backend's run store: the run document its ``claim_due`` read with a
+    lease, handed out once to the lease's holder (``None``: not kept, read the run).
+
+    The document is the run at the lease's checkpoint, as ``fetch_run`` would have read
+    it right after the claim; a signal committed since is caught by the commit's fence,
+    as it would be after a read."""
+
+    async def claimed_run(self, owner: OwnerScope, run_id: str, token: str) -> Run | None: ...
+
+
 def host_limits(settings: Settings) -> HostLimits:
     return HostLimits(
         max_supersteps=settings.max_supersteps,
@@ -127,6 +138,9 @@ class Heartbeat:
         self.lost = asyncio.Event()
         self.refreshes = 0
         self._task: asyncio.Task[None] | None = None
+        # The node work in flight, cancelled the moment the claim is lost (cheaper per
+        # superstep than a waiter task racing it).
+        self.work: asyncio.Future[object] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._beat())
@@ -154,6 +168,8 @@ class Heartbeat:
             if isinstance(answer, ClaimLost):
                 log.info("claim on run %s was lost; stopping its drain", lease.run_id)
                 self.lost.set()
+                if self.work is not None:
+                    self.work.cancel()
                 return
             self.refreshes += 1
 
@@ -240,7 +256,7 @@ class Drainer:
         if stopping():
             await self._release(lease)
             return DrainOutcome(kind="stopped", run_id=run_id)
-        fetched = await self._backend.runs.fetch_run(lease.owner, run_id)
+        fetched = await self._claimed_run(lease)
         if isinstance(fetched, NotFound):
             await self._release(lease)
             return DrainOutcome(kind="invariant", run_id=run_id, detail="the run is gone")
@@ -259,6 +275,19 @@ class Drainer:
         if incompatible is not None:
             return await self._abandon_incompatible(lease, incompatible.message)
         return await self._advance(lease, rtg, fetched, heartbeat, stopping)
+
+    async def _claimed_run(self, lease: Lease) -> Run | NotFound:
+        """The claimed run: as the claim itself read it when the backend kept it (one
+        round trip less; see :class:`ClaimedRuns`), else read now."""
+        runs = self._backend.runs
+        kept = getattr(runs, "claimed_run", None)
+        if kept is not None:
+            run = await cast(ClaimedRuns, runs).claimed_run(
+                lease.owner, lease.run_id, lease.claim_token
+            )
+            if isinstance(run, Run) and run.checkpoint_seq == lease.checkpoint_seq:
+                return run
+        return await runs.fetch_run(lease.owner, lease.run_id)
 
     async def _advance(
         self,
@@ -335,19 +364,20 @@ class Drainer:
                         kind="discarded", run_id=run.id, commits=commits, detail=detail
                     )
                 commits += 1
-                span.set(
-                    {
-                        "result": wake_name(moment.disposition)
-                        if isinstance(moment.disposition, Park)
-                        else "continue",
-                        "status": str(stored.status),
-                        "checkpoint_seq": stored.checkpoint_seq,
-                    }
-                )
-                tenant_id = tenant_id_of(lease.owner)
-                self._telemetry.committed(
-                    moment.checkpoint(), operation="moment", tenant_id=tenant_id
-                )
+                if span is not NO_SPAN:  # nobody listens: skip building what nobody reads
+                    span.set(
+                        {
+                            "result": wake_name(moment.disposition)
+                            if isinstance(moment.disposition, Park)
+                            else "continue",
+                            "status": str(stored.status),
+                            "checkpoint_seq": stored.checkpoint_seq,
+                        }
+                    )
+                if self._telemetry:
+                    self._telemetry.committed(
+                        moment.checkpoint(), operation="moment", tenant_id=tenant_id_of(lease.owner)
+                    )
                 if self._observers:
                     context = CommitContext(tenant_id=tenant_id_of(lease.owner), operation="moment")
                     self._observers.deliver(moment.checkpoint(), context)
@@ -379,7 +409,8 @@ class Drainer:
     async def _execute(
         self, rtg: RuntimeGraph, dispatch: Dispatch, heartbeat: Heartbeat, now: datetime
     ) -> tuple[TaskOutcome, ...] | None:
-        """Run the node work; ``None`` when the claim was lost first (work cancelled)."""
+        """Run the node work; ``None`` when the claim was lost first (the heartbeat
+        cancels the work then)."""
         work = asyncio.ensure_future(
             execute(
                 rtg,
@@ -389,17 +420,23 @@ class Drainer:
                 telemetry=self._telemetry,
             )
         )
-        lost = asyncio.ensure_future(heartbeat.lost.wait())
+        heartbeat.work = cast("asyncio.Future[object]", work)
+        if heartbeat.lost.is_set():  # lost before the work was registered
+            work.cancel()
+        task = asyncio.current_task()
         try:
-            await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+            outcomes = await work
+        except asyncio.CancelledError:
+            # The heartbeat's cancel of the work (the claim was lost) ends here; a cancel
+            # of this drain itself (cancelling() > 0) goes on.
+            if heartbeat.lost.is_set() and (task is None or not task.cancelling()):
+                return None
+            raise
         finally:
-            for task in (work, lost):
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(work, lost, return_exceptions=True)
-        if work.cancelled() or heartbeat.lost.is_set():
+            heartbeat.work = None
+        if heartbeat.lost.is_set():
             return None
-        return work.result()
+        return outcomes
 
     # -- hand-backs ----------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, cast
@@ -279,10 +280,19 @@ _COMMIT = (
     "%s, %s, %s, %s, %s::timestamptz, %s::timestamptz, %s, %s, %s, %s::timestamptz, "
     "%s::timestamptz, %s::bigint[], %s::bytea[], %s::bytea[])"
 )
+# The claimed run's document rides along with its lease, so the drain that follows need
+# not read it back. The join reads ``runs`` in the statement's own snapshot, which may
+# predate a commit the claim saw: a document whose checkpoint is not the lease's is left
+# out (NULL), and the drain reads the run as usual. The join keeps the claim's order.
 _CLAIM = (
-    "SELECT * FROM @schema@.claim_due(%s::integer, %s::interval, %s::integer, %s, "
-    "%s::timestamptz, %s)"
+    "SELECT c.o_tenant, c.o_run_id, c.o_graph_id, c.o_graph_hash, c.o_checkpoint_seq, "
+    "c.o_token, c.o_attempts, c.o_poisoned, c.o_now, r.run_json "
+    "FROM @schema@.claim_due(%s::integer, %s::interval, %s::integer, %s, %s::timestamptz, %s) "
+    "WITH ORDINALITY c LEFT JOIN @schema@.runs r ON NOT c.o_poisoned "
+    "AND r.tenant = c.o_tenant AND r.run_id = c.o_run_id "
+    "AND r.checkpoint_seq = c.o_checkpoint_seq ORDER BY c.ordinality"
 )
+
 _REFRESH = (
     "UPDATE @schema@.live SET claimed_at = greatest(claimed_at, "
     "coalesce(%s::timestamptz, clock_timestamp())) "
@@ -315,6 +325,36 @@ class PruneResult:
     ran: bool
     events: int
     runs: int
+
+
+class _ClaimedRuns:
+    """Run documents read by ``claim_due``, by claim token, until the lease's drain takes
+    them. Bounded in count and bytes (oldest dropped first): a lease whose drain never
+    asks (a worker stopping, a caller that is not a worker) must not pin memory."""
+
+    def __init__(self, max_count: int = 256, max_bytes: int = 64 << 20) -> None:
+        self._kept: OrderedDict[str, tuple[str, str, bytes]] = OrderedDict()
+        self._bytes = 0
+        self._max_count = max_count
+        self._max_bytes = max_bytes
+
+    def keep(self, token: str, scope: str, run_id: str, document: bytes) -> None:
+        old = self._kept.pop(token, None)
+        if old is not None:
+            self._bytes -= len(old[2])
+        self._kept[token] = (scope, run_id, document)
+        self._bytes += len(document)
+        while self._kept and (len(self._kept) > self._max_count or self._bytes > self._max_bytes):
+            _, (_, _, dropped) = self._kept.popitem(last=False)
+            self._bytes -= len(dropped)
+
+    def take(self, token: object, scope: str, run_id: str) -> bytes | None:
+        """The document kept for ``token`` (once), if it belongs to ``scope``/``run_id``."""
+        kept = self._kept.pop(token, None) if isinstance(token, str) else None
+        if kept is None:
+            return None
+        self._bytes -= len(kept[2])
+        return kept[2] if kept[0] == scope and kept[1] == run_id else None
 
 
 class PostgresBackend:
@@ -396,6 +436,7 @@ class PostgresBackend:
         self._lifecycle = asyncio.Lock()
         self._durable_fsync = False
         self._sql: dict[str, bytes] = {}
+        self._claimed_runs = _ClaimedRuns()
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> PostgresBackend:
@@ -868,7 +909,9 @@ class PostgresBackend:
             return rows
         leases: list[Lease] = []
         poisoned: list[PoisonedClaim] = []
-        for key, run_id, graph_id, graph_hash, seq, token, attempts, is_poisoned, at in rows:
+        claimed_runs = self._claimed_runs
+        for row in rows:
+            key, run_id, graph_id, graph_hash, seq, token, attempts, is_poisoned, at, doc = row
             owner = _owner(str(key))
             moment = utc(at)
             if is_poisoned:
@@ -894,7 +937,15 @@ class PostgresBackend:
                         orphan_ttl=policy.orphan_ttl,
                     )
                 )
+                if doc is not None:
+                    claimed_runs.keep(str(token), str(key), str(run_id), bytes(doc))
         return ClaimBatch(tuple(leases), tuple(poisoned))
+
+    async def claimed_run(self, owner: OwnerScope, run_id: str, token: str) -> Run | None:
+        """The run as the claim holding ``token`` read it, at most once; ``None`` when this
+        backend did not keep it (read the run instead). Saves the drain a round trip."""
+        kept = self._claimed_runs.take(token, _key(require_owner(owner)), run_id)
+        return None if kept is None else _decode_run(kept, repr(run_id))
 
     async def refresh_claim(
         self, owner: OwnerScope, run_id: str, token: str, now: datetime | None = None
@@ -1053,7 +1104,7 @@ class PostgresBackend:
         outcome, digest, stored_json, announced = rows[0]
         if outcome == "written":
             self._announced(announced)
-            return run_from_json(valid.run_json)
+            return valid.run  # what was just stored, checked durable: no decode
         if outcome == "no_graph":
             return NotFound("graph")
         recorded = {proposal.transition_id: str(digest)} if digest is not None else {}
@@ -1149,7 +1200,7 @@ class PostgresBackend:
         ) = rows[0]
         if outcome == "written":
             self._announced(announced)
-            return run_from_json(valid.run_json)
+            return valid.run  # what was just stored, checked durable: no decode
         if outcome == "not_found":
             return NotFound()
         # Refused: nothing was written. Name the error with the shared rules, in order.

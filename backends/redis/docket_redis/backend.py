@@ -36,6 +36,7 @@ import hashlib
 import json
 import logging
 import secrets
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -139,6 +140,7 @@ from docket_redis.keys import (
     index_member,
     member_ident,
     member_micros,
+    owner_part,
     time_key,
 )
 from docket_redis.transport import (
@@ -281,6 +283,36 @@ class _Peek:
     expired: list[Candidate]
 
 
+class _ClaimedRuns:
+    """Run documents read by ``claim_due``, by claim token, until the lease's drain takes
+    them. Bounded in count and bytes (oldest dropped first): a lease whose drain never
+    asks (a worker stopping, a caller that is not a worker) must not pin memory."""
+
+    def __init__(self, max_count: int = 256, max_bytes: int = 64 << 20) -> None:
+        self._kept: OrderedDict[str, tuple[str, str, bytes]] = OrderedDict()
+        self._bytes = 0
+        self._max_count = max_count
+        self._max_bytes = max_bytes
+
+    def keep(self, token: str, scope: str, run_id: str, document: bytes) -> None:
+        old = self._kept.pop(token, None)
+        if old is not None:
+            self._bytes -= len(old[2])
+        self._kept[token] = (scope, run_id, document)
+        self._bytes += len(document)
+        while self._kept and (len(self._kept) > self._max_count or self._bytes > self._max_bytes):
+            _, (_, _, dropped) = self._kept.popitem(last=False)
+            self._bytes -= len(dropped)
+
+    def take(self, token: object, scope: str, run_id: str) -> bytes | None:
+        """The document kept for ``token`` (once), if it belongs to ``scope``/``run_id``."""
+        kept = self._kept.pop(token, None) if isinstance(token, str) else None
+        if kept is None:
+            return None
+        self._bytes -= len(kept[2])
+        return kept[2] if kept[0] == scope and kept[1] == run_id else None
+
+
 class RedisBackend:
     """The docket contract on a Redis server or a Redis Cluster.
 
@@ -319,6 +351,7 @@ class RedisBackend:
         self._listener: asyncio.Task[None] | None = None
         self._subscribed: asyncio.Event | None = None
         self._open = False
+        self._claimed_runs = _ClaimedRuns()
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> RedisBackend:
@@ -970,6 +1003,7 @@ class RedisBackend:
                 run_id, what = _text(item[0]), _text(item[1])
                 if what == "leased":
                     token, attempt, graph_id, graph_hash, seq = (_text(x) for x in item[2:7])
+                    self._keep_claimed_run(token, keys.part, run_id, item[7])
                     outcomes[(run_id, keys.tenant_id)] = Lease(
                         run_id=run_id,
                         owner=owner,
@@ -997,6 +1031,16 @@ class RedisBackend:
             elif isinstance(outcome, PoisonedClaim):
                 poisoned.append(outcome)
         return len(outcomes) < len(chosen)
+
+    def _keep_claimed_run(self, token: str, part: str, run_id: str, doc: object) -> None:
+        if isinstance(doc, bytes):
+            self._claimed_runs.keep(token, part, run_id, doc)
+
+    async def claimed_run(self, owner: OwnerScope, run_id: str, token: str) -> Run | None:
+        """The run as the claim holding ``token`` read it (atomically with the lease), at
+        most once; ``None`` when not kept (read the run instead). Saves the drain a call."""
+        kept = self._claimed_runs.take(token, owner_part(require_owner(owner)), run_id)
+        return None if kept is None else _decode_run(kept)
 
     async def refresh_claim(
         self, owner: OwnerScope, run_id: str, token: str, now: datetime | None = None
@@ -1093,8 +1137,11 @@ class RedisBackend:
         scope = self._ns.scope(owner)
         run = valid.run
         started = to_micros(run.started_at)
+        # On a single server the script registers the scope and takes the listing order
+        # itself (one call); a cluster keeps those keys on other slots, so ask first.
+        folded = not self._target.cluster
         try:
-            order = await self._register(scope, order=True)
+            order = scope.part if folded else str(await self._register(scope, order=True))
             reply = await self._eval(
                 "initialize",
                 [
@@ -1109,6 +1156,7 @@ class RedisBackend:
                     scope.by_status(RunStatus.RUNNING),
                     scope.by_graph(run.graph_id),
                     scope.by_hash(run.graph_hash),
+                    *((self._ns.registry, self._ns.order) if folded else ()),
                 ],
                 [
                     f"d:{run.graph_hash}",
@@ -1128,7 +1176,7 @@ class RedisBackend:
                     _summary(run),
                     run.id,
                     proposal.checkpoint_type.value,
-                    str(order),
+                    order,
                     str(len(valid.events)),
                     *_event_args(valid),
                 ],
@@ -1137,7 +1185,9 @@ class RedisBackend:
             return exc.outcome
         code = _code(reply)
         if code == "OK":
-            return run_from_json(valid.run_json)
+            if folded:
+                self._registered.add(scope.part)
+            return valid.run  # what was just stored, checked durable: no decode
         if code == "NOT_FOUND_GRAPH":
             return NotFound("graph")
         if code == "EXISTS":
@@ -1215,7 +1265,7 @@ class RedisBackend:
             return exc.outcome
         code = _code(reply)
         if code == "OK":
-            return run_from_json(valid.run_json)
+            return valid.run  # what was just stored, checked durable: no decode
         if code == "NOT_FOUND":
             return NotFound()
         if code == "STALE":

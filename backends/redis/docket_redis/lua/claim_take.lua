@@ -58,8 +58,10 @@ for i = 1, count do
     redis.call('HDEL', run, 'wake')
     redis.call('ZREM', KEYS[1], run_id)
     redis.call('ZADD', KEYS[2], now_s, run_id)
-    local fields = redis.call('HMGET', run, 'graph_id', 'graph_hash', 'cseq')
-    table.insert(out, {run_id, 'leased', token, attempt, fields[1], fields[2], fields[3]})
+    -- the document too, so the drain that follows need not read it back
+    local fields = redis.call('HMGET', run, 'graph_id', 'graph_hash', 'cseq', 'doc')
+    table.insert(out, {run_id, 'leased', token, attempt, fields[1], fields[2], fields[3],
+      fields[4]})
   else
     redis.call('HDEL', run, 'token', 'claimed', 'wake')
     redis.call('HSET', run, 'poisoned', now_s, 'preason', ARGV[4])

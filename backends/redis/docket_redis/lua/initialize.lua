@@ -13,6 +13,10 @@
 --       9 event_seq   10 started_at us   11 wake_at us   12 now us ('' = server TIME)
 --      13 wake channel   14 index member   15 summary   16 run_id   17 checkpoint type
 --      18 listing order   19 number of events, then (seq, body, digest) per event
+-- On a single server (not a cluster, where these keys live on other slots) the caller
+-- folds the scope registration in, saving a call: KEYS 12 scope registry (set)
+-- 13 order counter, and ARGV 18 is then the scope's key part; the listing order is
+-- taken here, only once every check has passed.
 local function clock(given)
   if given ~= '' then return tonumber(given) end
   local t = redis.call('TIME')
@@ -34,10 +38,15 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 
 -- every check passed: publish
+local order = ARGV[18]
+if #KEYS >= 13 then
+  redis.call('SADD', KEYS[12], ARGV[18])
+  order = tostring(redis.call('INCR', KEYS[13]))
+end
 redis.call('HSET', KEYS[2],
   'doc', ARGV[4], 'graph_id', ARGV[5], 'graph_hash', ARGV[6], 'status', ARGV[7],
   'cseq', ARGV[8], 'eseq', ARGV[9], 'started', ARGV[10], 'wake', ARGV[11],
-  'attempts', '0', 'abandons', '0', 'ct', ARGV[17], 'ord', ARGV[18])
+  'attempts', '0', 'abandons', '0', 'ct', ARGV[17], 'ord', order)
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
 local n = tonumber(ARGV[19])
 for i = 0, n - 1 do
@@ -46,7 +55,7 @@ for i = 0, n - 1 do
   redis.call('ZADD', KEYS[5], seq, seq)
 end
 redis.call('ZADD', KEYS[6], ARGV[11], ARGV[16])
-redis.call('HSET', KEYS[7], ARGV[16], ARGV[18] .. '|' .. ARGV[15])
+redis.call('HSET', KEYS[7], ARGV[16], order .. '|' .. ARGV[15])
 for k = 8, 11 do
   redis.call('ZADD', KEYS[k], 0, ARGV[14])
 end
