@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Final
@@ -235,15 +236,29 @@ def connect(target: Target, *, busy_timeout: float, synchronous: str) -> sqlite3
     return conn
 
 
+WAL_SWITCH_WAIT: Final = 5.0  # seconds to keep trying to switch a new file to WAL
+
+
 def enable_wal(conn: sqlite3.Connection, target: Target) -> None:
     """Put a file database in WAL mode (persistent); refuse one that cannot be."""
     if target.memory:
         return
-    try:
-        mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
-        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
-    except sqlite3.Error as exc:
-        raise store_error(exc) from exc
+    # Switching the journal mode needs the file to itself, and SQLite may answer BUSY at
+    # once instead of calling the busy handler (several processes opening a new file
+    # together): try again for a while before giving up.
+    deadline = time.monotonic() + WAL_SWITCH_WAIT
+    while True:
+        try:
+            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+            break
+        except sqlite3.Error as exc:
+            code = getattr(exc, "sqlite_errorcode", None)
+            busy = code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if busy and time.monotonic() < deadline:
+                time.sleep(0.01)
+                continue
+            raise store_error(exc) from exc
     if mode != "wal":
         raise PermanentStoreError(
             f"{target.describe()} could not be switched to WAL mode (it is in {mode!r}); "
