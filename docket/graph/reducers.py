@@ -41,6 +41,7 @@ from docket.graph.schema import (
     show,
     strict_key,
     validate,
+    validate_appended,
 )
 from docket.values import JSONDict, JSONValue, NonDurableValue, coerce_durable, durable_errors
 
@@ -527,7 +528,7 @@ def commit_step(
         base = fold_base(previous, effective_default(rule.default, rule.reducer))
         new = reduce(rule.reducer, base, [value for _, value in grouped[key]])
         names = tuple(node_id for node_id, _ in grouped[key])
-        for reason in [] if rule.schema is None else validate(rule.schema, new):
+        for reason in [] if rule.schema is None else _committed_problems(rule, previous, new):
             for node_id in names:
                 errors.setdefault(node_id, []).append(
                     f'field "{key}" would commit an invalid value: {reason}'
@@ -536,6 +537,26 @@ def commit_step(
     if errors:
         return StepRejected({node_id: tuple(errors[node_id]) for node_id in sorted(errors)})
     return StepCommit(values, writers)
+
+
+def _committed_problems(rule: FieldRule, previous: Current, new: JSONValue) -> list[str]:
+    """Why the value a step would commit breaks the field's schema.
+
+    An append that kept the committed list as its prefix (the very same elements, no
+    trimming) only needs its new elements and the list bounds checked: the prefix was
+    validated when it was committed, under the same schema (a run is pinned to one graph
+    version). Long histories then cost a step what it appended, not what came before."""
+    assert rule.schema is not None
+    if (
+        rule.reducer is not None
+        and rule.reducer.type is ReducerType.APPEND
+        and isinstance(previous, list)
+        and isinstance(new, list)
+        and len(new) >= len(previous)
+        and all(old is kept for old, kept in zip(previous, new))
+    ):
+        return validate_appended(rule.schema, new, len(previous))
+    return validate(rule.schema, new)
 
 
 # -- JSON form ---------------------------------------------------------------------------------

@@ -566,6 +566,26 @@ def validate(schema: Schema, value: JSONValue, loc: str = "value") -> list[str]:
     return out
 
 
+def validate_appended(
+    schema: Schema, value: list[JSONValue], start: int, loc: str = "value"
+) -> list[str]:
+    """``validate(schema, value)`` for a list whose first ``start`` elements are already
+    known to conform (a committed prefix that an append extended): only the elements from
+    ``start`` on and the list's own bounds are checked, so the cost follows what was
+    appended, not the length of the history. Same reasons, same order, as ``validate``."""
+    if schema.type is not SchemaType.LIST or not 0 <= start <= len(value):
+        return validate(schema, value, loc)
+    out: list[str] = []
+    if schema.item is not None:
+        for index in range(start, len(value)):
+            _check(schema.item, value[index], f"{loc}[{index}]", out)
+    c, n = schema.constraints, len(value)
+    _bounds(
+        loc, _count(c.get("min_items")), _count(c.get("max_items")), n, " items", f"{n} items", out
+    )
+    return out
+
+
 def is_valid(schema: Schema, value: JSONValue) -> bool:
     return not validate(schema, value)
 

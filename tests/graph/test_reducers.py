@@ -35,7 +35,7 @@ from docket.graph.reducers import (
     write_schema,
     zero,
 )
-from docket.graph.schema import NO_DEFAULT, S, Schema, SchemaType
+from docket.graph.schema import NO_DEFAULT, S, Schema, SchemaType, validate, validate_appended
 from docket.values import JSONValue, NonDurableValue
 from tests.graph.test_schema import json_maps, json_values, junk
 
@@ -529,3 +529,55 @@ def test_no_default_sentinel_is_not_a_field_default() -> None:
     assert FieldRule().default is None
     assert write_schema(R.merge(), OBJ_FIELD, {}) is not None
     assert write_schema(R.merge(), OBJ_FIELD, {}).default is NO_DEFAULT  # type: ignore[union-attr]
+
+
+# -- appends are validated by what they add -----------------------------------------------------
+
+_ITEM_SCHEMAS = st.sampled_from(
+    [
+        S.integer(min=0, max=50),
+        S.string(max_length=3),
+        S.list(S.integer(), max_items=2),
+        S.object({"k": S.integer(required=True)}),
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(item=_ITEM_SCHEMAS, data=st.data())
+def test_validate_appended_says_what_validate_says_when_the_prefix_conforms(
+    item: Schema, data: st.DataObject
+) -> None:
+    schema = S.list(
+        item, min_items=data.draw(st.integers(0, 3)), max_items=data.draw(st.integers(2, 8))
+    )
+    prefix = [
+        element
+        for element in data.draw(st.lists(json_values, max_size=6))
+        if not validate(item, element)
+    ]
+    added = data.draw(st.lists(json_values, max_size=4))
+    value = prefix + added
+    assert validate_appended(schema, value, len(prefix)) == validate(schema, value)
+
+
+def test_an_append_checks_its_new_elements_and_the_bounds() -> None:
+    rules = {"log": FieldRule(S.list(S.integer(min=0), max_items=4), R.append())}
+    committed: dict[str, JSONValue] = {"log": [1, 2, 3]}
+    assert isinstance(commit_step(rules, (), committed, {"n": {"log": [4]}}), StepCommit)
+    bad = commit_step(rules, (), committed, {"n": {"log": [-1]}})
+    reason = 'node "n" wrote invalid value to "log": value[0] must be at least 0, got -1'
+    assert bad == StepRejected({"n": (reason,)})
+    over = commit_step(rules, (), committed, {"n": {"log": [4, 5]}})
+    reason = "value must be at most 4 items, got 5 items"
+    assert over == StepRejected({"n": (f'field "log" would commit an invalid value: {reason}',)})
+
+
+def test_a_trimming_append_revalidates_the_whole_list() -> None:
+    # max_length drops the oldest elements: the kept ones are no longer the committed
+    # prefix, so the whole value is checked (here the committed -5 was never valid)
+    rules = {"log": FieldRule(S.list(S.integer(min=0)), R.append(max_length=2))}
+    result = commit_step(rules, (), {"log": [-5, 1]}, {"n": {"log": [2]}})
+    assert isinstance(result, StepCommit) and result.values == {"log": [1, 2]}
+    kept = commit_step(rules, (), {"log": [1, -5]}, {"n": {"log": [2]}})
+    assert isinstance(kept, StepRejected)
