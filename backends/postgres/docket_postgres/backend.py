@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, cast
@@ -83,6 +82,7 @@ from docket.contract import (
     TransitionResult,
     UnclaimedProposal,
 )
+from docket.contract.claimed import ClaimedRunDocuments
 from docket.contract.queries import (
     check_abandon_policy,
     check_claim_policy,
@@ -327,36 +327,6 @@ class PruneResult:
     runs: int
 
 
-class _ClaimedRuns:
-    """Run documents read by ``claim_due``, by claim token, until the lease's drain takes
-    them. Bounded in count and bytes (oldest dropped first): a lease whose drain never
-    asks (a worker stopping, a caller that is not a worker) must not pin memory."""
-
-    def __init__(self, max_count: int = 256, max_bytes: int = 64 << 20) -> None:
-        self._kept: OrderedDict[str, tuple[str, str, bytes]] = OrderedDict()
-        self._bytes = 0
-        self._max_count = max_count
-        self._max_bytes = max_bytes
-
-    def keep(self, token: str, scope: str, run_id: str, document: bytes) -> None:
-        old = self._kept.pop(token, None)
-        if old is not None:
-            self._bytes -= len(old[2])
-        self._kept[token] = (scope, run_id, document)
-        self._bytes += len(document)
-        while self._kept and (len(self._kept) > self._max_count or self._bytes > self._max_bytes):
-            _, (_, _, dropped) = self._kept.popitem(last=False)
-            self._bytes -= len(dropped)
-
-    def take(self, token: object, scope: str, run_id: str) -> bytes | None:
-        """The document kept for ``token`` (once), if it belongs to ``scope``/``run_id``."""
-        kept = self._kept.pop(token, None) if isinstance(token, str) else None
-        if kept is None:
-            return None
-        self._bytes -= len(kept[2])
-        return kept[2] if kept[0] == scope and kept[1] == run_id else None
-
-
 class PostgresBackend:
     """The docket contract on one PostgreSQL schema.
 
@@ -436,7 +406,7 @@ class PostgresBackend:
         self._lifecycle = asyncio.Lock()
         self._durable_fsync = False
         self._sql: dict[str, bytes] = {}
-        self._claimed_runs = _ClaimedRuns()
+        self._claimed_runs = ClaimedRunDocuments()
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> PostgresBackend:
