@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from docket.contract.capabilities import BackendContractError, negotiate
-from docket.contract.errors import Permanent as ContractPermanent
+from docket.contract.errors import StoreError
 from docket.contract.protocols import Backend
 from docket.contract.registry import UnknownBackend, available, from_url
 from docket.errors import DocketError, Retryable
@@ -646,7 +646,7 @@ def _gives_up_on(exc: Exception) -> bool:
     Anything else (the server is down or restarting) is worth another try."""
     if isinstance(exc, DocketError):
         return not isinstance(exc, Retryable)
-    return isinstance(getattr(exc, "outcome", None), ContractPermanent)
+    return isinstance(exc, StoreError) and not exc.retryable
 
 
 async def _open_when_reachable(docket: Docket, stop: asyncio.Event) -> bool:

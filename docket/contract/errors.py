@@ -75,6 +75,35 @@ class Permanent:
     reason: str
 
 
+class StoreError(Exception):
+    """Raised, where a store cannot return an answer (opening it, a driver failure outside
+    a transition): the same classified outcome as a returned :class:`Retryable` or
+    :class:`Permanent`, in ``outcome``. Every backend raises these (or subclasses), so a
+    caller can decide whether to try again without knowing the backend."""
+
+    def __init__(self, outcome: Retryable | Permanent) -> None:
+        self.outcome = outcome
+        super().__init__(outcome.reason)
+
+    @property
+    def retryable(self) -> bool:
+        return isinstance(self.outcome, Retryable)
+
+
+class RetryableStoreError(StoreError):
+    """Safe to try again: nothing changed, or an ambiguous write that a replay settles."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(Retryable(reason))
+
+
+class PermanentStoreError(StoreError):
+    """Retrying will not help: a schema mismatch, corruption, authentication, bad data."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(Permanent(reason))
+
+
 TransitionError: TypeAlias = (
     NotFound
     | InvalidTransition

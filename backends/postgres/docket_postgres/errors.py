@@ -28,6 +28,7 @@ import psycopg
 import psycopg_pool
 
 from docket.contract import Permanent, Retryable
+from docket.contract.errors import PermanentStoreError, RetryableStoreError, StoreError
 
 #: SQLSTATE values that mean "rolled back, nothing changed, try again".
 RETRYABLE_STATES = frozenset(
@@ -60,32 +61,6 @@ _AUTH_MARKS = (
     "role ",  # role "x" does not exist / is not permitted to log in
 )
 _REFUSED_MARKS = ("does not exist", "permission denied", "not permitted", "ssl")
-
-
-class StoreError(Exception):
-    """An infrastructure failure of the PostgreSQL store; ``outcome`` says whether to retry."""
-
-    def __init__(self, outcome: Retryable | Permanent) -> None:
-        self.outcome = outcome
-        super().__init__(outcome.reason)
-
-    @property
-    def retryable(self) -> bool:
-        return isinstance(self.outcome, Retryable)
-
-
-class RetryableStoreError(StoreError):
-    """Nothing was changed, or the change is ambiguous and safe to resend: try again."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(Retryable(reason))
-
-
-class PermanentStoreError(StoreError):
-    """Retrying will not help: a schema mismatch, corruption, authentication, bad data."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(Permanent(reason))
 
 
 class SchemaTooNew(PermanentStoreError):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from redis import exceptions as rx
 
-from docket.contract import Permanent, Retryable
+from docket.contract.errors import PermanentStoreError, RetryableStoreError, StoreError
 
 AMBIGUOUS = "ambiguous: "
 
@@ -41,36 +41,6 @@ _REFUSED = (
     "ASK",
     "NOREPLICAS",
 )
-
-
-class StoreError(Exception):
-    """An infrastructure failure of the Redis store; ``outcome`` says whether to retry."""
-
-    def __init__(self, outcome: Retryable | Permanent) -> None:
-        self.outcome = outcome
-        super().__init__(outcome.reason)
-
-    @property
-    def retryable(self) -> bool:
-        return isinstance(self.outcome, Retryable)
-
-    @property
-    def ambiguous(self) -> bool:
-        return self.outcome.reason.startswith(AMBIGUOUS)
-
-
-class RetryableStoreError(StoreError):
-    """Safe to try again (nothing changed, or an ambiguous write that a replay settles)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(Retryable(reason))
-
-
-class PermanentStoreError(StoreError):
-    """Retrying will not help: authentication, a script error, corrupt data."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(Permanent(reason))
 
 
 class SchemaTooNew(PermanentStoreError):

@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from docket.contract import Permanent, Retryable
+from docket.contract.errors import PermanentStoreError, RetryableStoreError, StoreError
 
 # Primary result codes (the low byte of an extended code) that mean "nothing changed,
 # try again": another connection holds the lock, memory or disk ran out, the call was
@@ -27,32 +28,6 @@ SQLITE_PROTOCOL = 15
 _RETRYABLE = frozenset(
     {SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOMEM, SQLITE_INTERRUPT, SQLITE_FULL, SQLITE_PROTOCOL}
 )
-
-
-class StoreError(Exception):
-    """An infrastructure failure of the SQLite store; ``outcome`` says whether to retry."""
-
-    def __init__(self, outcome: Retryable | Permanent) -> None:
-        self.outcome = outcome
-        super().__init__(outcome.reason)
-
-    @property
-    def retryable(self) -> bool:
-        return isinstance(self.outcome, Retryable)
-
-
-class RetryableStoreError(StoreError):
-    """Nothing was changed (the database was busy, or ran out of space): try again."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(Retryable(reason))
-
-
-class PermanentStoreError(StoreError):
-    """Retrying will not help: a corrupt or foreign file, a schema mismatch, an I/O fault."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(Permanent(reason))
 
 
 class SchemaTooNew(PermanentStoreError):
