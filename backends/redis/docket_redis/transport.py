@@ -23,6 +23,7 @@ sends the command again, a few times at most; ``ASK`` (a slot being migrated) an
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import hashlib
 from collections.abc import Sequence
@@ -108,7 +109,7 @@ def no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-class Transport:
+class Transport(abc.ABC):
     """Where commands go. Subclasses say how a connection for a key is found."""
 
     async def start(self) -> None:
@@ -117,9 +118,11 @@ class Transport:
     async def close(self) -> None:
         return None
 
+    @abc.abstractmethod
     async def _acquire(self, key: str) -> tuple[AbstractConnection, Any]:
         raise NotImplementedError
 
+    @abc.abstractmethod
     async def _release(self, connection: AbstractConnection, owner: Any) -> None:
         raise NotImplementedError
 
@@ -127,10 +130,12 @@ class Transport:
         """Reload the slot map after ``MOVED``; ``False`` where there is none."""
         return False
 
+    @abc.abstractmethod
     async def each_primary(self, *args: Arg) -> list[tuple[str, Any]]:
         """Send one command to every primary: ``(node name, reply or StoreError)``."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def subscriber(self) -> Redis:
         """A plain client on one node, for pub/sub (classic pub/sub spans a cluster)."""
         raise NotImplementedError
