@@ -205,6 +205,19 @@ class Migratable(Protocol):
         """The DDL ``migrate`` would apply to an empty store, for teams that run it."""
 
 
+@runtime_checkable
+class ClaimedRuns(Protocol):
+    """Optional on a backend's run store: the run document its ``claim_due`` read with a
+    lease, handed out once to the lease's holder (``None``: not kept, read the run).
+
+    The document is the run at the lease's checkpoint, as ``fetch_run`` would have read
+    it right after the claim; a signal committed since is caught by the commit's fence,
+    as it would be after a read. Saves the drain one round trip per claimed run
+    (:class:`docket.contract.claimed.ClaimedRunDocuments` keeps them)."""
+
+    async def claimed_run(self, owner: OwnerScope, run_id: str, token: str) -> Run | None: ...
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -215,6 +228,7 @@ STORE_PROTOCOLS: dict[str, type] = {
 __all__ = [
     "STORE_PROTOCOLS",
     "Backend",
+    "ClaimedRuns",
     "EventStore",
     "GraphSaveResult",
     "GraphStore",

@@ -42,7 +42,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Literal, Protocol, TypeAlias, cast
+from typing import Literal, TypeAlias, cast
 
 import attrs
 
@@ -55,7 +55,7 @@ from docket.contract.errors import (
     StaleCheckpoint,
 )
 from docket.contract.proposals import AbandonPolicy, Backoff, Lease
-from docket.contract.protocols import Backend
+from docket.contract.protocols import Backend, ClaimedRuns
 from docket.core.advance import advance
 from docket.core.errors import CoreError
 from docket.core.moment import (
@@ -73,14 +73,14 @@ from docket.core.plan import Dispatch, HostLimits, check_execution_policy
 from docket.core.proposals import claimed_proposal
 from docket.core.settle import settle
 from docket.graph.compiler import RuntimeGraph
-from docket.records import GraphRef, OwnerScope, Run, RunStatus, tenant_id_of
+from docket.records import GraphRef, Run, RunStatus, tenant_id_of
 from docket.runtime.execute import execute
 from docket.runtime.graphs import GraphCache, GraphProblem
 from docket.runtime.lifecycle import CommitContext, CommitPolicy, Ids, Observers, commit
 from docket.settings import Settings
 from docket.telemetry import NO_SPAN, Span, Telemetry, log_context, stamp_logger
 
-__all__ = ["ClaimedRuns", "DrainOutcome", "Drainer", "Heartbeat", "OutcomeKind", "host_limits"]
+__all__ = ["DrainOutcome", "Drainer", "Heartbeat", "OutcomeKind", "host_limits"]
 
 log = stamp_logger(logging.getLogger("docket.worker"))
 
@@ -107,17 +107,6 @@ class DrainOutcome:
     commits: int = 0
     detail: str = ""
     yielded: bool = False
-
-
-class ClaimedRuns(Protocol):
-    """Optional on a backend's run store: the run document its ``claim_due`` read with a
-    lease, handed out once to the lease's holder (``None``: not kept, read the run).
-
-    The document is the run at the lease's checkpoint, as ``fetch_run`` would have read
-    it right after the claim; a signal committed since is caught by the commit's fence,
-    as it would be after a read."""
-
-    async def claimed_run(self, owner: OwnerScope, run_id: str, token: str) -> Run | None: ...
 
 
 def host_limits(settings: Settings) -> HostLimits:
@@ -280,11 +269,8 @@ class Drainer:
         """The claimed run: as the claim itself read it when the backend kept it (one
         round trip less; see :class:`ClaimedRuns`), else read now."""
         runs = self._backend.runs
-        kept = getattr(runs, "claimed_run", None)
-        if kept is not None:
-            run = await cast(ClaimedRuns, runs).claimed_run(
-                lease.owner, lease.run_id, lease.claim_token
-            )
+        if isinstance(runs, ClaimedRuns):
+            run = await runs.claimed_run(lease.owner, lease.run_id, lease.claim_token)
             if isinstance(run, Run) and run.checkpoint_seq == lease.checkpoint_seq:
                 return run
         return await runs.fetch_run(lease.owner, lease.run_id)
