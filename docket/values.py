@@ -21,12 +21,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import orjson
 from typing_extensions import TypeAliasType
-
-try:  # optional speed-up: canonical bytes are the same without it (see canonical_json)
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the installation
-    _orjson = None  # type: ignore[assignment, unused-ignore]
 
 # Real runtime aliases (not strings) so cattrs can recognise durable fields in records.
 JSONValue = TypeAliasType(
@@ -224,14 +220,14 @@ def canonical_json(value: object) -> bytes:
     Raises :class:`NonDurableValue` for anything that is not a durable value (the
     ``$guard`` tag is allowed so graph documents can be hashed).
 
-    Values without floats are encoded by orjson when it is installed (the same bytes,
+    Values without floats are encoded by orjson (the same bytes,
     several times faster: tests/test_values_canonical.py compares the two); floats
     always go through the json module, whose float text is the canonical one.
     """
     kind = _durable_kind(value, True)
-    if kind == _ORJSON_SAFE and _orjson is not None:
+    if kind == _ORJSON_SAFE:
         try:
-            return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         except TypeError:  # e.g. a lone surrogate, or very deep nesting: json decides
             pass
     elif kind == _NOT_PLAIN:
