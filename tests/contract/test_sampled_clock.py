@@ -1,0 +1,94 @@
+"""SampledClock: a server's clock read now and then, carried forward on the monotonic clock."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from docket.contract.clock import SampledClock
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Server:
+    """A fake *server clock* (not a backend): what the sampled clock reads, and how often."""
+
+    def __init__(self, local: list[float]) -> None:
+        self.time = T0
+        self.reads = 0
+        self.local = local  # the local monotonic clock, moved by the test
+        self.round_trip = 0.0
+
+    async def read(self) -> datetime:
+        self.reads += 1
+        self.local[0] += self.round_trip / 2
+        seen = self.time
+        self.local[0] += self.round_trip / 2
+        return seen
+
+
+def clock_pair(resync: float = 1.0) -> tuple[SampledClock, Server, list[float]]:
+    local = [100.0]
+    server = Server(local)
+    return SampledClock(server.read, resync=resync, monotonic=lambda: local[0]), server, local
+
+
+def test_reads_the_server_once_per_resync_and_carries_forward_between() -> None:
+    clock, server, local = clock_pair(resync=1.0)
+    assert asyncio.run(clock.now()) == T0
+    local[0] += 0.25
+    server.time = T0 + timedelta(seconds=0.25)
+    assert asyncio.run(clock.now()) == T0 + timedelta(seconds=0.25)
+    assert server.reads == 1
+    local[0] += 0.80  # 1.05 s since the read: read again
+    server.time = T0 + timedelta(seconds=7)  # the server's clock was stepped forward
+    assert asyncio.run(clock.now()) == T0 + timedelta(seconds=7)
+    assert server.reads == 2
+
+
+def test_anchors_at_the_middle_of_the_round_trip() -> None:
+    clock, server, local = clock_pair()
+    server.round_trip = 0.010
+    first = asyncio.run(clock.now())
+    # the server's reading is 5 ms old when it arrives: the estimate adds it
+    assert first == T0 + timedelta(seconds=0.005)
+
+
+def test_never_steps_back_a_little_but_follows_a_real_step_back() -> None:
+    clock, server, local = clock_pair(resync=1.0)
+    asyncio.run(clock.now())
+    local[0] += 1.5
+    ahead = asyncio.run(clock.now())  # re-read: server still says T0 (it drifted behind)
+    assert ahead == T0  # the re-read anchors there ...
+    local[0] += 0.5
+    carried = asyncio.run(clock.now())
+    assert carried == T0 + timedelta(seconds=0.5)
+    local[0] += 0.6
+    server.time = T0 + timedelta(seconds=0.3)  # re-read lands behind the last reading
+    assert asyncio.run(clock.now()) == carried  # held there, not moved back
+    assert server.reads == 3
+    local[0] += 1.1
+    server.time = T0 - timedelta(hours=1)  # set back for real: followed
+    assert asyncio.run(clock.now()) == T0 - timedelta(hours=1)
+
+
+def test_resync_zero_reads_every_time_and_bad_resync_is_refused() -> None:
+    clock, server, _ = clock_pair(resync=0)
+    for _ in range(3):
+        asyncio.run(clock.now())
+    assert server.reads == 3
+    with pytest.raises(ValueError):
+        SampledClock(server.read, resync=-1)
+    with pytest.raises(ValueError):
+        SampledClock(server.read, resync=float("nan"))
+
+
+def test_forget_reads_afresh() -> None:
+    clock, server, _ = clock_pair(resync=60)
+    asyncio.run(clock.now())
+    clock.forget()
+    server.time = T0 - timedelta(seconds=5)
+    assert asyncio.run(clock.now()) == T0 - timedelta(seconds=5)
+    assert server.reads == 2
