@@ -83,6 +83,8 @@ from docket.contract import (
     UnclaimedProposal,
 )
 from docket.contract.claimed import ClaimedRunDocuments
+from docket.contract.clock import SampledClock
+from docket.contract.grouping import GroupCommit
 from docket.contract.queries import (
     check_abandon_policy,
     check_claim_policy,
@@ -150,6 +152,9 @@ DEFAULT_STATEMENT_TIMEOUT: Final = 30.0
 DEFAULT_POOL_MIN: Final = 1
 DEFAULT_POOL_MAX: Final = 10
 DEFAULT_POOL_TIMEOUT: Final = 10.0
+DEFAULT_CLOCK_RESYNC: Final = 1.0  # seconds between reads of the database clock
+DEFAULT_COMMIT_LANES: Final = 2  # commit statements in flight before commits are grouped
+_GROUP_LIMIT: Final = 32  # most commits one group-commit statement carries
 _BACKOFF_STEPS: Final = 31  # abandon backoff doubles at most 30 times
 _INT4_MAX: Final = (1 << 31) - 1  # counters are ``integer``: a larger bound means "no bound"
 
@@ -280,6 +285,21 @@ _COMMIT = (
     "%s, %s, %s, %s, %s::timestamptz, %s::timestamptz, %s, %s, %s, %s::timestamptz, "
     "%s::timestamptz, %s::bigint[], %s::bytea[], %s::bytea[])"
 )
+# Group commit (schema version 2): the same arguments as arrays, one element per commit,
+# the events flattened with a count per commit.
+_COMMIT_MANY = (
+    "SELECT * FROM @schema@.commit_runs(%s::text[], %s::text[], %s::text[], %s::text[], "
+    "%s::text[], %s::text[], %s::timestamptz[], %s::bigint[], %s::boolean[], %s::text[], "
+    "%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::timestamptz[], "
+    "%s::timestamptz[], %s::bytea[], %s::text[], %s::text[], %s::timestamptz[], "
+    "%s::timestamptz, %s::integer[], %s::bigint[], %s::bytea[], %s::bytea[])"
+)
+#: ``commit_run``'s arguments before ``p_now``: the ones that become arrays in a group.
+_COMMIT_SCALARS: Final = 20
+_CommitArgs = tuple[object, ...]
+#: A ``commit_run`` row, or the store's answer when the statement failed.
+_CommitAnswer = tuple[Any, ...] | Retryable | Permanent
+
 # The claimed run's document rides along with its lease, so the drain that follows need
 # not read it back. The join reads ``runs`` in the statement's own snapshot, which may
 # predate a commit the claim saw: a document whose checkpoint is not the lease's is left
@@ -356,6 +376,8 @@ class PostgresBackend:
         pool_timeout: float = DEFAULT_POOL_TIMEOUT,
         notify: bool = True,
         prepare: bool = True,
+        clock_resync: float = DEFAULT_CLOCK_RESYNC,
+        commit_lanes: int = DEFAULT_COMMIT_LANES,
     ) -> None:
         if not isinstance(conninfo, str):
             raise TypeError("conninfo must be a string")
@@ -366,7 +388,11 @@ class PostgresBackend:
             raise TypeError("limits must be docket.contract.Limits")
         if claim_policy not in CLAIM_POLICIES:
             raise ValueError(f"claim_policy must be one of {CLAIM_POLICIES}, got {claim_policy!r}")
-        for name, value in (("pool_min_size", pool_min_size), ("pool_max_size", pool_max_size)):
+        for name, value in (
+            ("pool_min_size", pool_min_size),
+            ("pool_max_size", pool_max_size),
+            ("commit_lanes", commit_lanes),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         if pool_max_size < max(1, pool_min_size):
@@ -374,6 +400,7 @@ class PostgresBackend:
         for name, seconds in (
             ("statement_timeout", statement_timeout),
             ("pool_timeout", pool_timeout),
+            ("clock_resync", clock_resync),
         ):
             if (
                 not isinstance(seconds, int | float)
@@ -407,6 +434,13 @@ class PostgresBackend:
         self._durable_fsync = False
         self._sql: dict[str, bytes] = {}
         self._claimed_runs = ClaimedRunDocuments()
+        self._server_clock = SampledClock(self._read_clock, resync=float(clock_resync))
+        # 0 lanes: every commit is its own statement (no grouping)
+        self._group: GroupCommit[_CommitArgs, _CommitAnswer] | None = (
+            GroupCommit(self._send_commits, lanes=commit_lanes, limit=_GROUP_LIMIT)
+            if commit_lanes
+            else None
+        )
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> PostgresBackend:
@@ -583,6 +617,8 @@ class PostgresBackend:
             listener, self._listener = self._listener, None
         if listener is not None:
             await listener.stop()
+        if self._group is not None:
+            await self._group.drain()
         if pool is not None:
             await pool.close()
 
@@ -641,6 +677,9 @@ class PostgresBackend:
     async def now(self) -> datetime:
         if self._clock is not None:
             return utc(self._clock())
+        return await self._server_clock.now()
+
+    async def _read_clock(self) -> datetime:
         rows = await self._fetch(self._q(_NOW), (), write=False)
         return utc(rows[0][0])
 
@@ -1105,6 +1144,46 @@ class PostgresBackend:
             return valid
         return await self._commit(owner, valid)
 
+    async def _send_commit(self, args: _CommitArgs) -> _CommitAnswer:
+        rows = await self._outcome(self._q(_COMMIT), args)
+        return rows if not isinstance(rows, list) else tuple(rows[0])
+
+    async def _send_commits(self, batch: list[_CommitArgs]) -> list[_CommitAnswer]:
+        """Group commit: several runs' commits in one ``commit_runs`` statement.
+
+        Sorted by owner and run id, so concurrent batches lock run rows in one order. If
+        the statement fails as a whole (nothing of it was kept, or, for a lost connection,
+        maybe all of it), each commit is resent alone: a commit that was applied answers
+        as a replay of its transition id.
+        """
+        if len(batch) == 1:
+            return [await self._send_commit(batch[0])]
+        order = sorted(range(len(batch)), key=lambda i: (batch[i][0], batch[i][1]))
+        columns: list[list[object]] = [[] for _ in range(_COMMIT_SCALARS)]
+        counts: list[int] = []
+        seqs: list[int] = []
+        bodies: list[bytes] = []
+        hashes: list[bytes] = []
+        for i in order:
+            args = batch[i]
+            for column, value in zip(columns, args[:_COMMIT_SCALARS], strict=True):
+                column.append(value)
+            event_seqs = cast(list[int], args[_COMMIT_SCALARS + 1])
+            counts.append(len(event_seqs))
+            seqs.extend(event_seqs)
+            bodies.extend(cast(list[bytes], args[_COMMIT_SCALARS + 2]))
+            hashes.extend(cast(list[bytes], args[_COMMIT_SCALARS + 3]))
+        now = batch[0][_COMMIT_SCALARS]
+        rows = await self._outcome(
+            self._q(_COMMIT_MANY), (*columns, now, counts, seqs, bodies, hashes)
+        )
+        if not isinstance(rows, list) or len(rows) != len(batch):
+            return list(await asyncio.gather(*(self._send_commit(args) for args in batch)))
+        answers: list[_CommitAnswer] = [()] * len(batch)
+        for row in rows:
+            answers[order[int(row[0]) - 1]] = tuple(row[1:])
+        return answers
+
     def _stored(self, data: object, run_id: str) -> Run | Permanent:
         if not isinstance(data, bytes | bytearray | memoryview):
             return Permanent(f"the stored run {run_id!r} vanished during a replay")
@@ -1124,37 +1203,38 @@ class PostgresBackend:
             return Permanent("PostgreSQL text cannot hold NUL characters in ids")
         hashes = tuple(hashlib.sha256(c).digest() for c in valid.event_contents)
         schedule_name, wake_at = _schedule_args(schedule)
-        rows = await self._outcome(
-            self._q(_COMMIT),
-            (
-                key,
-                run.id,
-                transition_id,
-                valid.digest,
-                run.graph_id,
-                run.graph_hash,
-                run.started_at,
-                expected,
-                token is not None,
-                token,
-                str(run.status),
-                run.step,
-                run.checkpoint_seq,
-                run.event_seq,
-                run.updated_at,
-                run.finished_at,
-                valid.run_json,
-                str(checkpoint_type),
-                schedule_name,
-                wake_at,
-                self._given(None),
-                [e.seq for e in valid.events],
-                list(valid.event_json),
-                list(hashes),
-            ),
+        args: _CommitArgs = (
+            key,
+            run.id,
+            transition_id,
+            valid.digest,
+            run.graph_id,
+            run.graph_hash,
+            run.started_at,
+            expected,
+            token is not None,
+            token,
+            str(run.status),
+            run.step,
+            run.checkpoint_seq,
+            run.event_seq,
+            run.updated_at,
+            run.finished_at,
+            valid.run_json,
+            str(checkpoint_type),
+            schedule_name,
+            wake_at,
+            self._given(None),
+            [e.seq for e in valid.events],
+            list(valid.event_json),
+            list(hashes),
         )
-        if not isinstance(rows, list):
-            return rows
+        if self._group is None:
+            answer = await self._send_commit(args)
+        else:
+            answer = await self._group.submit(args)
+        if not isinstance(answer, tuple):
+            return answer
         (
             outcome,
             digest,
@@ -1167,7 +1247,7 @@ class PostgresBackend:
             stored,
             stored_json,
             announced,
-        ) = rows[0]
+        ) = answer
         if outcome == "written":
             self._announced(announced)
             return valid.run  # what was just stored, checked durable: no decode
@@ -1237,6 +1317,8 @@ _OPTIONS: Final = (
     "pool_timeout",
     "notify",
     "prepare",
+    "clock_resync",
+    "commit_lanes",
 )
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -1303,6 +1385,12 @@ def _create(url: str, options: Mapping[str, object]) -> PostgresBackend:
         ),
         notify=_flag("notify", merged.get("notify", True)),
         prepare=_flag("prepare", merged.get("prepare", True)),
+        clock_resync=float(
+            _number("clock_resync", merged.get("clock_resync", DEFAULT_CLOCK_RESYNC), float)
+        ),
+        commit_lanes=int(
+            _number("commit_lanes", merged.get("commit_lanes", DEFAULT_COMMIT_LANES), int)
+        ),
     )
 
 

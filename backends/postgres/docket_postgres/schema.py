@@ -1,6 +1,6 @@
 """The schema, its version, ordered migrations, and the server-side functions.
 
-Conventions of schema version 1 (all objects live in one PostgreSQL schema, default
+Conventions of the schema (version 1; version 2 adds ``commit_runs``; all objects live in one PostgreSQL schema, default
 ``docket``, chosen per application):
 
 * Owner: ``tenant`` is ``''`` for tenantless rows and the tenant id otherwise. Tenant
@@ -20,7 +20,7 @@ Conventions of schema version 1 (all objects live in one PostgreSQL schema, defa
   impossible row whoever writes it; triggers make run identity (owner included),
   published graphs, events and recorded transitions immutable.
 * Each write the contract makes atomic is one PL/pgSQL function (``initialize_run``,
-  ``commit_run``, ``claim_due``, ``abandon_claim``, ``retry_poisoned``,
+  ``commit_run`` and its group form ``commit_runs``, ``claim_due``, ``abandon_claim``, ``retry_poisoned``,
   ``save_graph``, ``prune``), called as one statement in autocommit mode: one round
   trip, one transaction, all or nothing.
 
@@ -46,7 +46,7 @@ from docket_postgres.errors import (
 )
 from docket_postgres.url import check_schema_name
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 NOTIFY_CHANNEL: Final = "docket_wake"
 
 _READY = "status = 'running' AND poisoned_at IS NULL AND claim_token IS NULL"
@@ -824,12 +824,54 @@ END
 $fn$""",
 )
 
+# Version 2: group commit. ``commit_runs`` applies several runs' commits in one statement
+# (one round trip, one transaction), each exactly as ``commit_run`` would apply it alone,
+# in the order given (the caller sorts by owner and run id, so two batches lock rows in
+# the same order). A commit's refusal is its own answer and writes nothing of it; an error
+# aborts the whole statement, and the caller then resends each commit alone (they are
+# idempotent by transition id). Events arrive flattened: ``p_counts[i]`` of them belong to
+# commit ``i``, in order.
+_V2: Final[tuple[str, ...]] = (
+    """CREATE FUNCTION @schema@.commit_runs(
+    p_tenants text[], p_run_ids text[], p_transition_ids text[], p_digests text[],
+    p_graph_ids text[], p_graph_hashes text[], p_started_ats timestamptz[],
+    p_expected bigint[], p_claimed boolean[], p_tokens text[],
+    p_statuses text[], p_steps bigint[], p_checkpoint_seqs bigint[], p_event_seqs bigint[],
+    p_updated_ats timestamptz[], p_finished_ats timestamptz[], p_run_jsons bytea[],
+    p_checkpoint_types text[], p_schedules text[], p_wake_ats timestamptz[], p_now timestamptz,
+    p_counts integer[], p_seqs bigint[], p_events bytea[], p_hashes bytea[])
+RETURNS TABLE (
+    o_index integer, o_outcome text, o_digest text, o_graph_id text, o_graph_hash text,
+    o_started_at timestamptz, o_checkpoint_seq bigint, o_token_held boolean,
+    o_event_seq bigint, o_stored bytea[], o_run_json bytea, o_announced boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_first integer := 1;
+    v_last integer;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_run_ids, 1), 0) LOOP
+        v_last := v_first + p_counts[i] - 1;
+        RETURN QUERY SELECT i, c.* FROM @schema@.commit_run(
+            p_tenants[i], p_run_ids[i], p_transition_ids[i], p_digests[i],
+            p_graph_ids[i], p_graph_hashes[i], p_started_ats[i],
+            p_expected[i], p_claimed[i], p_tokens[i],
+            p_statuses[i], p_steps[i], p_checkpoint_seqs[i], p_event_seqs[i],
+            p_updated_ats[i], p_finished_ats[i], p_run_jsons[i],
+            p_checkpoint_types[i], p_schedules[i], p_wake_ats[i], p_now,
+            coalesce(p_seqs[v_first:v_last], '{}'), coalesce(p_events[v_first:v_last], '{}'),
+            coalesce(p_hashes[v_first:v_last], '{}')) c;
+        v_first := v_last + 1;
+    END LOOP;
+END
+$fn$""",
+)
+
 #: One step of the schema's history: applying ``statements`` to version ``version - 1``
 #: yields ``version``. Version 0 is "no docket objects in the schema yet".
 Migration = tuple[int, tuple[str, ...]]
 
 #: Ordered migrations of this release.
-MIGRATIONS: Final[tuple[Migration, ...]] = ((1, _V1),)
+MIGRATIONS: Final[tuple[Migration, ...]] = ((1, _V1), (2, _V2))
 
 #: Tables and functions a schema at :data:`SCHEMA_VERSION` must have (the shape check).
 REQUIRED_TABLES: Final = ("meta", "graphs", "runs", "live", "events", "transitions")
@@ -837,6 +879,7 @@ REQUIRED_FUNCTIONS: Final = (
     "save_graph",
     "initialize_run",
     "commit_run",
+    "commit_runs",
     "claim_due",
     "abandon_claim",
     "retry_poisoned",

@@ -9,7 +9,11 @@ before the rest is handed to libpq:
 * ``claim_policy`` — ``blind`` (default) or ``fair``;
 * ``statement_timeout`` — seconds (a float; ``0`` disables it);
 * ``pool_min_size`` / ``pool_max_size`` — connection pool bounds;
-* ``notify`` — ``true`` (default) or ``false`` (no LISTEN connection: poll only).
+* ``notify`` — ``true`` (default) or ``false`` (no LISTEN connection: poll only);
+* ``clock_resync`` — seconds between reads of the database clock (default ``1``; ``0``
+  reads it at every ``now()``); see :class:`docket.contract.clock.SampledClock`;
+* ``commit_lanes`` — commit statements in flight at once before further commits are
+  grouped into one statement (default ``2``; ``0`` sends every commit alone).
 
 Every other parameter (``sslmode``, ``application_name``, ``connect_timeout``, …) is
 libpq's.
@@ -28,6 +32,8 @@ DOCKET_PARAMS = (
     "pool_min_size",
     "pool_max_size",
     "notify",
+    "clock_resync",
+    "commit_lanes",
 )
 DEFAULT_SCHEMA = "docket"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]*")

@@ -101,6 +101,8 @@ def test_both_schemes_are_registered_and_options_apply() -> None:
         ("postgresql://h/db", {"frobnicate": 1}, TypeError),
         ("postgresql://h/db", {"clock": "now"}, TypeError),
         ("postgresql://h/db", {"limits": {}}, TypeError),
+        ("postgresql://h/db?clock_resync=-1", {}, ValueError),
+        ("postgresql://h/db?commit_lanes=-2", {}, ValueError),
     ],
 )
 def test_bad_options_are_refused(url: str, options: dict[str, Any], error: type) -> None:
@@ -112,7 +114,8 @@ def test_now_is_the_database_clock_unless_a_test_clock_is_given(
     pg_url: str, schema_name: Names
 ) -> None:
     async def body() -> None:
-        backend = await opened(pg_url, schema_name("clock"))
+        backend = await opened(pg_url, schema_name("clock"), clock_resync=0)  # read each time
+        sampled = await opened(pg_url, schema_name("clock"))  # read once a second
         conn = await admin(pg_url)
         try:
             first = await backend.now()
@@ -122,9 +125,20 @@ def test_now_is_the_database_clock_unless_a_test_clock_is_given(
             second = await backend.now()
             assert first <= row[0] <= second
             assert first.utcoffset() == timedelta(0)
+            # carried forward between reads, it stays on the database's clock (within the
+            # round trips: generous for a loaded machine)
+            slack = timedelta(milliseconds=250)
+            for _ in range(3):
+                before = await sampled.now()
+                cur = await conn.execute("SELECT clock_timestamp()")
+                row = await cur.fetchone()
+                assert row is not None
+                assert before - slack <= row[0] <= await sampled.now() + slack
+                await asyncio.sleep(0.2)
         finally:
             await conn.close()
             await backend.close()
+            await sampled.close()
         clock = ManualClock(T0)
         seam = PostgresBackend(pg_url, schema=schema_name("clock"), clock=clock)
         assert await seam.now() == T0  # no connection needed: the clock is the test's

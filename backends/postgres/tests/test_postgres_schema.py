@@ -138,10 +138,11 @@ def test_a_newer_schema_is_refused_and_left_unchanged(pg_url: str, schema_name: 
     asyncio.run(body())
 
 
-# A make-believe next release: version 2 adds a column, used to prove the machinery.
-_V2: Migration = (2, ("ALTER TABLE @schema@.runs ADD COLUMN note text",))
+# A make-believe next release adds a column, used to prove the machinery.
+_NEXT = SCHEMA_VERSION + 1
+_V2: Migration = (_NEXT, ("ALTER TABLE @schema@.runs ADD COLUMN note text",))
 _BROKEN_V2: Migration = (
-    2,
+    _NEXT,
     (
         "ALTER TABLE @schema@.runs ADD COLUMN note text",
         "ALTER TABLE @schema@.no_such_table ADD COLUMN x int",
@@ -156,25 +157,26 @@ def test_migrations_apply_in_order_and_refuse_older_schemas(
         schema = schema_name("order")
         conn = await admin(pg_url)
         try:
-            assert await apply_migrations(conn, schema, schema, upgrade=False) == (None, 1)
-            # a release that knows version 2 refuses to open version 1 without a migrate
+            got = await apply_migrations(conn, schema, schema, upgrade=False)
+            assert got == (None, SCHEMA_VERSION)
+            # a release that knows the next version refuses this one without a migrate
             with pytest.raises(SchemaTooOld):
                 await apply_migrations(
                     conn, schema, schema, upgrade=False, migrations=(*MIGRATIONS, _V2)
                 )
-            assert await read_version(conn, schema) == 1
+            assert await read_version(conn, schema) == SCHEMA_VERSION
             got = await apply_migrations(
                 conn, schema, schema, upgrade=True, migrations=(*MIGRATIONS, _V2)
             )
-            assert got == (1, 2)
-            assert await read_version(conn, schema) == 2
+            assert got == (SCHEMA_VERSION, _NEXT)
+            assert await read_version(conn, schema) == _NEXT
             cur = await conn.execute(
                 "SELECT 1 FROM information_schema.columns "
                 "WHERE table_schema = %s AND table_name = 'runs' AND column_name = 'note'",
                 (schema,),
             )
             assert await cur.fetchone() is not None
-            # and this release (version 1) refuses the upgraded schema
+            # and this release refuses the upgraded schema
             with pytest.raises(SchemaTooNew):
                 await PostgresBackend(pg_url, schema=schema).open()
         finally:

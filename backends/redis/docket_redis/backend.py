@@ -88,6 +88,8 @@ from docket.contract import (
     UnclaimedProposal,
 )
 from docket.contract.claimed import ClaimedRunDocuments
+from docket.contract.clock import SampledClock
+from docket.contract.grouping import GroupCommit
 from docket.contract.proposals import ClaimClass
 from docket.contract.queries import (
     check_abandon_policy,
@@ -290,7 +292,12 @@ class RedisBackend:
     ``prefix`` names the namespace all of its keys live under; ``clock`` replaces the
     server's ``TIME`` as the authoritative clock and exists **for test suites only**
     (the contract kit drives time with it); ``limits`` are the size limits it declares
-    and enforces.
+    and enforces. ``clock_resync`` is how many seconds may pass between two reads of the
+    server's ``TIME`` (``0``: read it at every ``now()``); see
+    :class:`docket.contract.clock.SampledClock`. ``commit_lanes`` is how many commit
+    scripts (or pipelines of them) may be in flight before further commits are grouped
+    into one pipeline (``0``: every commit is sent alone); see
+    :class:`docket.contract.grouping.GroupCommit`.
     """
 
     def __init__(
@@ -301,6 +308,8 @@ class RedisBackend:
         limits: Limits | None = None,
         prefix: str | None = None,
         driver_options: Mapping[str, Any] | None = None,
+        clock_resync: float = 1.0,
+        commit_lanes: int = 2,
     ) -> None:
         if clock is not None and not callable(clock):
             raise TypeError("clock must be a callable returning an aware datetime")
@@ -322,6 +331,11 @@ class RedisBackend:
         self._subscribed: asyncio.Event | None = None
         self._open = False
         self._claimed_runs = ClaimedRunDocuments()
+        self._server_clock = SampledClock(self._read_clock, resync=_seconds(clock_resync))
+        lanes = _lanes(commit_lanes)
+        self._group: GroupCommit[_Call, Any] | None = (
+            GroupCommit(self._send_commits, lanes=lanes, limit=32) if lanes else None
+        )
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> RedisBackend:
@@ -442,6 +456,8 @@ class RedisBackend:
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await listener
+        if self._group is not None:
+            await self._group.drain()  # commits in flight get their answers first
         transport, self._transport = self._transport, self._new_transport()
         self._open = False
         with contextlib.suppress(Exception):
@@ -519,6 +535,9 @@ class RedisBackend:
     async def now(self) -> datetime:
         if self._clock is not None:
             return utc(self._clock())
+        return await self._server_clock.now()
+
+    async def _read_clock(self) -> datetime:
         return await self._server_time(self._ns.registry)
 
     async def _server_time(self, routing_key: str) -> datetime:
@@ -602,6 +621,15 @@ class RedisBackend:
     async def _eval(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
         script: Script = self._scripts[name]
         return await self._transport.eval(script, keys, args)
+
+    async def _send_commits(self, calls: list[_Call]) -> list[Any]:
+        """Group commit: the commit scripts of several runs, pipelined per node."""
+        if len(calls) == 1:
+            try:
+                return [await self._eval("commit", *calls[0])]
+            except StoreError as exc:
+                return [exc]
+        return await self._transport.eval_many(self._scripts["commit"], calls)
 
     async def _register(self, scope: ScopeKeys, *, order: bool) -> int:
         """Record the scope (claims and SYSTEM listings visit it); maybe take an order."""
@@ -1194,43 +1222,48 @@ class RedisBackend:
         scope = self._ns.scope(owner)
         run = valid.run
         kind, wake = _schedule_args(schedule)
+        call: _Call = (
+            [
+                scope.run(run.id),
+                scope.transitions(run.id),
+                scope.events(run.id),
+                scope.event_index(run.id),
+                scope.ready,
+                scope.claimed,
+                scope.summaries,
+                *(scope.by_status(status) for status in STATUS_ORDER),
+            ],
+            [
+                transition_id,
+                valid.digest,
+                str(expected),
+                token or "",
+                run.graph_id,
+                run.graph_hash,
+                str(to_micros(run.started_at)),
+                valid.run_json,
+                run.status.value,
+                str(run.checkpoint_seq),
+                str(run.event_seq),
+                checkpoint_type.value,
+                kind,
+                wake,
+                self._now_arg(None),
+                self._ns.channel,
+                index_member(to_micros(run.started_at), run.id),
+                _summary(run),
+                run.id,
+                str(len(valid.events)),
+                *_event_args(valid),
+            ],
+        )
         try:
-            reply = await self._eval(
-                "commit",
-                [
-                    scope.run(run.id),
-                    scope.transitions(run.id),
-                    scope.events(run.id),
-                    scope.event_index(run.id),
-                    scope.ready,
-                    scope.claimed,
-                    scope.summaries,
-                    *(scope.by_status(status) for status in STATUS_ORDER),
-                ],
-                [
-                    transition_id,
-                    valid.digest,
-                    str(expected),
-                    token or "",
-                    run.graph_id,
-                    run.graph_hash,
-                    str(to_micros(run.started_at)),
-                    valid.run_json,
-                    run.status.value,
-                    str(run.checkpoint_seq),
-                    str(run.event_seq),
-                    checkpoint_type.value,
-                    kind,
-                    wake,
-                    self._now_arg(None),
-                    self._ns.channel,
-                    index_member(to_micros(run.started_at), run.id),
-                    _summary(run),
-                    run.id,
-                    str(len(valid.events)),
-                    *_event_args(valid),
-                ],
-            )
+            if self._group is None:
+                reply = await self._eval("commit", *call)
+            else:
+                reply = await self._group.submit(call)
+                if isinstance(reply, StoreError):
+                    raise reply
         except StoreError as exc:
             return exc.outcome
         code = _code(reply)
@@ -1287,7 +1320,21 @@ class RedisBackend:
 
 # -- discovery ------------------------------------------------------------------------------
 
-_OPTIONS = ("clock", "limits", "prefix")
+_OPTIONS = ("clock", "limits", "prefix", "clock_resync", "commit_lanes")
+#: One script call: its keys and its arguments.
+_Call = tuple[list[str], list[str | bytes]]
+
+
+def _lanes(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"commit_lanes must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _seconds(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 86_400:
+        raise ValueError(f"clock_resync must be 0..86400 seconds, got {value!r}")
+    return float(value)
 
 
 def _create(url: str, options: Mapping[str, object]) -> RedisBackend:
@@ -1307,7 +1354,14 @@ def _create(url: str, options: Mapping[str, object]) -> RedisBackend:
         raise TypeError("limits must be docket.contract.Limits")
     if prefix is not None and not isinstance(prefix, str):
         raise TypeError("prefix must be a string")
-    return RedisBackend(target, clock=clock, limits=limits, prefix=prefix)
+    return RedisBackend(
+        target,
+        clock=clock,
+        limits=limits,
+        prefix=prefix,
+        clock_resync=_seconds(options.get("clock_resync", 1.0)),
+        commit_lanes=_lanes(options.get("commit_lanes", 2)),
+    )
 
 
 #: Entry point ``docket.backends: redis``.

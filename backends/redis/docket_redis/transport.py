@@ -16,6 +16,11 @@ Scripts go out as ``EVALSHA``; a ``NOSCRIPT`` reply (the server restarted, faile
 or someone ran ``SCRIPT FLUSH``) means the script did not run, so the same call is sent
 again as ``EVAL`` with the body, which also caches it for the next ``EVALSHA``.
 
+Several scripts can go out together (:meth:`Transport.eval_many`, for group commit): the
+calls for one node are written as one pipeline on one connection and their replies read
+in order. Each call still gets its own answer, with the same classification as alone; a
+connection lost part-way makes every call not yet answered ambiguous.
+
 On a cluster, a ``MOVED`` reply (the command was not run) refreshes the slot map and
 sends the command again, a few times at most; ``ASK`` (a slot being migrated) and
 ``TRYAGAIN`` are answered ``Retryable``.
@@ -130,6 +135,10 @@ class Transport(abc.ABC):
         """Reload the slot map after ``MOVED``; ``False`` where there is none."""
         return False
 
+    def _node_of(self, key: str) -> object:
+        """Which node serves ``key`` (calls for one node share a pipeline)."""
+        return None
+
     @abc.abstractmethod
     async def each_primary(self, *args: Arg) -> list[tuple[str, Any]]:
         """Send one command to every primary: ``(node name, reply or StoreError)``."""
@@ -201,6 +210,74 @@ class Transport(abc.ABC):
         except rx.ResponseError as exc:
             raise reply_error(exc) from exc
 
+    async def eval_many(
+        self, script: Script, calls: Sequence[tuple[Sequence[str], Sequence[Arg]]]
+    ) -> list[Any]:
+        """Run ``script`` once per ``(keys, args)``: each reply, or the :class:`StoreError`
+        that call met, in order. One pipeline per node; see the module's docs."""
+        await self.start()
+        by_node: dict[object, list[int]] = {}
+        for index, (keys, _) in enumerate(calls):
+            by_node.setdefault(self._node_of(keys[0]), []).append(index)
+        answers: list[Any] = [None] * len(calls)
+        groups = list(by_node.values())
+        done = await asyncio.gather(
+            *(self._pipelined(script, [calls[i] for i in group]) for group in groups)
+        )
+        for group, replies in zip(groups, done, strict=True):
+            for index, reply in zip(group, replies, strict=True):
+                answers[index] = reply
+        for index, reply in enumerate(answers):
+            if isinstance(reply, rx.NoScriptError | rx.MovedError):
+                try:  # not run: send it alone (EVAL on NOSCRIPT, re-routed on MOVED)
+                    answers[index] = await self.eval(script, *calls[index])
+                except StoreError as exc:
+                    answers[index] = exc
+            elif isinstance(reply, rx.ResponseError):
+                answers[index] = reply_error(reply)
+        return answers
+
+    async def _pipelined(
+        self, script: Script, calls: Sequence[tuple[Sequence[str], Sequence[Arg]]]
+    ) -> list[Any]:
+        """The calls for one node on one connection; ``ResponseError`` replies are returned."""
+        try:
+            connection, owner = await self._acquire(calls[0][0][0])
+        except rx.AuthenticationError as exc:
+            return [PermanentStoreError(f"redis authentication failed: {exc}")] * len(calls)
+        except (*_TRANSPORT_ERRORS, rx.RedisError, rx.RedisClusterException) as exc:
+            return [not_sent(exc)] * len(calls)
+        replies: list[Any] = []
+        try:
+            try:
+                packed = connection.pack_commands(
+                    [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls]
+                )
+                await connection.send_packed_command(packed)
+            except _TRANSPORT_ERRORS as exc:
+                await connection.disconnect()
+                return [ambiguous(exc)] * len(calls)
+            for _ in calls:
+                try:
+                    replies.append(await connection.read_response())
+                except rx.ResponseError as exc:
+                    replies.append(exc)
+                except rx.BusyLoadingError as exc:  # an error reply the driver raises oddly
+                    replies.append(reply_error(exc))
+                except rx.AuthenticationError as exc:
+                    replies.append(PermanentStoreError(f"redis authentication failed: {exc}"))
+                except (*_TRANSPORT_ERRORS, rx.InvalidResponse) as exc:
+                    await connection.disconnect()
+                    lost = ambiguous(exc)
+                    return replies + [lost] * (len(calls) - len(replies))
+        except BaseException:
+            # cancelled mid-pipeline: answers may still be on the wire
+            await connection.disconnect()
+            raise
+        finally:
+            await self._release(connection, owner)
+        return replies
+
 
 class SingleTransport(Transport):
     """One Redis server (or a Sentinel-less primary): one connection pool."""
@@ -271,6 +348,10 @@ class ClusterTransport(Transport):
     async def _release(self, connection: AbstractConnection, owner: Any) -> None:
         node: ClusterNode = owner
         node.release(connection)  # type: ignore[arg-type]  # it came from this node
+
+    def _node_of(self, key: str) -> object:
+        node = self._cluster.get_node_from_key(key)
+        return None if node is None else node.name
 
     async def _refresh(self) -> bool:
         try:

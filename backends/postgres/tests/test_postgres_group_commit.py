@@ -1,0 +1,233 @@
+"""Group commit on PostgreSQL: commits that queue while the lanes are busy go as one
+``commit_runs`` statement, and each still gets exactly the answer it would get alone.
+
+Every test here uses ``commit_lanes=1``: the first commit of a burst goes alone, the rest
+queue behind it and go together, so grouping is certain rather than left to timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import attrs
+import pytest
+from docket_contract_tests.fixtures import (
+    claimed,
+    events_for,
+    graph_document,
+    graph_ref,
+    init_proposal,
+    new_run,
+    successor,
+)
+from docket_postgres import PostgresBackend, SchemaTooOld
+from docket_postgres.schema import MIGRATIONS, SCHEMA_VERSION, apply_migrations
+from docket_postgres.testing import connect as admin
+from docket_postgres.testing import open_backend as opened
+
+from docket.contract import (
+    ClaimBatch,
+    ClaimPolicy,
+    Lease,
+    NotFound,
+    Permanent,
+    StaleCheckpoint,
+)
+from docket.records import TENANTLESS, GraphVersion, OwnerScope, Run, Tenant
+
+Names = Callable[[str], str]
+
+
+async def _claimed_runs(
+    backend: PostgresBackend, owners: list[OwnerScope], ids: list[str]
+) -> dict[str, tuple[OwnerScope, Run, Lease]]:
+    document = graph_document("g")
+    ref = graph_ref(document)
+    for owner in set(owners):
+        assert isinstance(await backend.save_graph(owner, ref, document), GraphVersion)
+    now = await backend.now()
+    runs: dict[str, tuple[OwnerScope, Run]] = {}
+    for owner, run_id in zip(owners, ids, strict=True):
+        fresh = new_run(run_id, ref, now, event_seq=1)
+        proposal = init_proposal(fresh, now)
+        assert await backend.initialize(owner, proposal, events_for(fresh, now, [1])) == fresh
+        runs[run_id] = (owner, fresh)
+    batch = await backend.claim_due(
+        ClaimPolicy(limit=len(ids), orphan_ttl=timedelta(hours=1), max_claim_attempts=3)
+    )
+    assert isinstance(batch, ClaimBatch) and len(batch.leases) == len(ids)
+    return {lease.run_id: (*runs[lease.run_id], lease) for lease in batch.leases}
+
+
+def _record_batches(backend: PostgresBackend) -> list[int]:
+    """Wrap the backend's own group sender to see the batch sizes it is handed."""
+    sizes: list[int] = []
+    send = backend._send_commits
+
+    async def recording(batch: list[Any]) -> Any:
+        sizes.append(len(batch))
+        return await send(batch)
+
+    assert backend._group is not None
+    backend._group._send = recording
+    return sizes
+
+
+def test_a_burst_of_commits_is_grouped_and_each_gets_its_own_answer(
+    pg_url: str, schema_name: Names
+) -> None:
+    async def body() -> None:
+        backend = await opened(pg_url, schema_name("group"), commit_lanes=1)
+        try:
+            ids = [f"r{i:02d}" for i in range(10)]
+            owners: list[OwnerScope] = [TENANTLESS if i % 2 else Tenant("acme") for i in range(10)]
+            held = await _claimed_runs(backend, owners, ids)
+            sizes = _record_batches(backend)
+            now = await backend.now()
+            calls = []
+            expected: list[object] = []
+            for run_id in ids:
+                owner, run, lease = held[run_id]
+                nxt = successor(run, now, new_events=2)
+                evs = events_for(nxt, now, [2, 3])
+                if run_id == "r06":  # a stale fence
+                    ahead = attrs.evolve(nxt, checkpoint_seq=run.checkpoint_seq + 5)
+                    proposal = claimed(ahead, lease.claim_token)  # expects checkpoint 5
+                    expected.append(StaleCheckpoint)
+                elif run_id == "r07":  # someone else's claim token
+                    proposal = claimed(nxt, "not-the-token")
+                    expected.append(StaleCheckpoint)
+                else:
+                    proposal = claimed(nxt, lease.claim_token)
+                    expected.append(nxt)
+                calls.append(backend.commit_claimed(owner, proposal, evs))
+                if run_id == "r08":  # the same proposal twice in one burst: then a replay
+                    calls.append(backend.commit_claimed(owner, proposal, evs))
+                    expected.append(nxt)
+            ghost = claimed(successor(held["r09"][1], now), held["r09"][2].claim_token)
+            ghost = attrs.evolve(ghost, run=attrs.evolve(ghost.run, id="ghost"))  # no such run
+            calls.append(backend.commit_claimed(held["r09"][0], ghost, []))
+            expected.append(NotFound)
+            answers = await asyncio.gather(*calls)
+            assert max(sizes) > 1, f"nothing was grouped: {sizes}"
+            for answer, want in zip(answers, expected, strict=True):
+                if isinstance(want, type):
+                    assert isinstance(answer, want), (answer, want)
+                else:
+                    assert answer == want
+            for run_id in ids:  # read back: written exactly where the answer said so
+                owner, run, _ = held[run_id]
+                stored = await backend.fetch_run(owner, run_id)
+                assert isinstance(stored, Run)
+                want_seq = run.checkpoint_seq + (0 if run_id in ("r06", "r07") else 1)
+                assert stored.checkpoint_seq == want_seq, run_id
+                assert stored.event_seq == (1 if run_id in ("r06", "r07") else 3), run_id
+        finally:
+            await backend.close()
+
+    asyncio.run(body())
+
+
+def test_a_failing_group_statement_falls_back_to_one_commit_at_a_time(
+    pg_url: str, schema_name: Names
+) -> None:
+    async def body() -> None:
+        schema = schema_name("fallback")
+        backend = await opened(pg_url, schema, commit_lanes=1)
+        conn = await admin(pg_url)
+        try:
+            ids = ["a", "b", "boom", "c", "d"]
+            held = await _claimed_runs(backend, [TENANTLESS] * len(ids), ids)
+            # A database-side failure for one run aborts the whole group statement.
+            await conn.execute(
+                f"""CREATE TRIGGER no_boom BEFORE UPDATE ON "{schema}".runs FOR EACH ROW
+                WHEN (NEW.run_id = 'boom')
+                EXECUTE FUNCTION "{schema}".refuse_change('boom refused')""".encode()
+            )
+            sizes = _record_batches(backend)
+            now = await backend.now()
+            proposals = {
+                run_id: claimed(successor(run, now), lease.claim_token)
+                for run_id, (_, run, lease) in held.items()
+            }
+            answers = dict(
+                zip(
+                    ids,
+                    await asyncio.gather(
+                        *(backend.commit_claimed(TENANTLESS, proposals[i], []) for i in ids)
+                    ),
+                    strict=True,
+                )
+            )
+            assert max(sizes) > 1, sizes
+            assert isinstance(answers["boom"], Permanent), answers["boom"]
+            assert "boom refused" in answers["boom"].reason
+            for run_id in ("a", "b", "c", "d"):
+                assert answers[run_id] == proposals[run_id].run
+                assert await backend.fetch_run(TENANTLESS, run_id) == proposals[run_id].run
+            assert await backend.fetch_run(TENANTLESS, "boom") == held["boom"][1]
+        finally:
+            await conn.close()
+            await backend.close()
+
+    asyncio.run(body())
+
+
+def test_commit_lanes_zero_sends_every_commit_alone_and_bad_values_are_refused(
+    pg_url: str, schema_name: Names
+) -> None:
+    async def body() -> None:
+        backend = await opened(pg_url, schema_name("alone"), commit_lanes=0)
+        try:
+            assert backend._group is None
+            held = await _claimed_runs(backend, [TENANTLESS] * 3, ["x", "y", "z"])
+            now = await backend.now()
+            proposals = [
+                claimed(successor(r, now), lease.claim_token) for _, r, lease in held.values()
+            ]
+            got = await asyncio.gather(
+                *(backend.commit_claimed(TENANTLESS, p, []) for p in proposals)
+            )
+            assert got == [p.run for p in proposals]
+        finally:
+            await backend.close()
+
+    asyncio.run(body())
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError):
+            PostgresBackend(pg_url, commit_lanes=bad)  # type: ignore[arg-type]
+
+
+def test_a_version_1_store_needs_migrate_and_then_groups(pg_url: str, schema_name: Names) -> None:
+    async def body() -> None:
+        schema = schema_name("v1")
+        conn = await admin(pg_url)
+        try:
+            assert await apply_migrations(
+                conn, schema, schema, upgrade=False, migrations=MIGRATIONS[:1]
+            ) == (None, 1)
+        finally:
+            await conn.close()
+        with pytest.raises(SchemaTooOld):
+            await opened(pg_url, schema)
+        backend = PostgresBackend(pg_url, schema=schema, commit_lanes=1)
+        try:
+            assert await backend.migrate() == (1, SCHEMA_VERSION)
+            held = await _claimed_runs(backend, [TENANTLESS] * 4, ["p", "q", "r", "s"])
+            sizes = _record_batches(backend)
+            now = await backend.now()
+            proposals = [
+                claimed(successor(r, now), lease.claim_token) for _, r, lease in held.values()
+            ]
+            got = await asyncio.gather(
+                *(backend.commit_claimed(TENANTLESS, p, []) for p in proposals)
+            )
+            assert got == [p.run for p in proposals]
+            assert max(sizes) > 1, sizes
+        finally:
+            await backend.close()
+
+    asyncio.run(body())

@@ -1,0 +1,171 @@
+"""Group commit on Redis: commits that queue while the lanes are busy go as one pipeline per
+node, and each still gets exactly the answer it would get alone — on one server and on a
+Cluster, with the script cache flushed first (every pipelined ``EVALSHA`` meets NOSCRIPT).
+
+``commit_lanes=1`` makes grouping certain: the first commit of a burst goes alone, the rest
+queue behind it and go together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import timedelta
+from typing import Any
+
+import attrs
+import pytest
+import redis
+from docket_contract_tests.fixtures import claimed, events_for, successor
+from docket_redis import RedisBackend
+from docket_redis.errors import PermanentStoreError
+from docket_redis.testing import T0, RedisCluster, RedisServer, opened, publish_graph, start_run
+from docket_redis.transport import Script
+
+from docket.clock import ManualClock
+from docket.contract import ClaimBatch, ClaimPolicy, NotFound, StaleCheckpoint
+from docket.records import TENANTLESS, OwnerScope, Run, Tenant
+
+
+def _record_batches(backend: RedisBackend) -> list[int]:
+    """Wrap the backend's own group sender to see the batch sizes it is handed."""
+    sizes: list[int] = []
+    group = backend._group
+    assert group is not None
+    send = group._send
+
+    async def recording(batch: list[Any]) -> Any:
+        sizes.append(len(batch))
+        return await send(batch)
+
+    group._send = recording
+    return sizes
+
+
+async def _burst(url: str, prefix: str, ports: list[int]) -> None:
+    clock = ManualClock(T0)
+    async with opened(url, prefix, clock=clock, commit_lanes=1) as backend:
+        owners: list[OwnerScope] = [TENANTLESS if i % 3 == 0 else Tenant(f"t{i}") for i in range(9)]
+        runs: dict[str, tuple[OwnerScope, Run]] = {}
+        for i, owner in enumerate(owners):
+            run_id = f"r{i}"
+            ref = await publish_graph(backend, owner)
+            runs[run_id] = (owner, await start_run(backend, owner, run_id, ref, events=1))
+        batch = await backend.runs.claim_due(
+            ClaimPolicy(limit=20, orphan_ttl=timedelta(minutes=5), max_claim_attempts=3)
+        )
+        assert isinstance(batch, ClaimBatch) and len(batch.leases) == len(owners)
+        tokens = {lease.run_id: lease.claim_token for lease in batch.leases}
+        for port in ports:  # every EVALSHA of the pipelines will meet NOSCRIPT
+            client = redis.Redis(host="127.0.0.1", port=port)
+            client.script_flush()
+            client.close()
+        sizes = _record_batches(backend)
+        calls = []
+        expected: list[object] = []
+        for run_id, (owner, run) in runs.items():
+            nxt = successor(run, T0, new_events=2)
+            evs = events_for(nxt, T0, [2, 3])
+            want: object
+            if run_id == "r4":  # a stale fence
+                ahead = attrs.evolve(nxt, checkpoint_seq=run.checkpoint_seq + 5)
+                proposal, want = claimed(ahead, tokens[run_id]), StaleCheckpoint
+            elif run_id == "r5":  # someone else's claim token
+                proposal, want = claimed(nxt, "not-the-token"), StaleCheckpoint
+            else:
+                proposal, want = claimed(nxt, tokens[run_id]), nxt
+            calls.append(backend.transitions.commit_claimed(owner, proposal, evs))
+            expected.append(want)
+            if run_id == "r7":  # the same proposal twice in one burst: then a replay
+                calls.append(backend.transitions.commit_claimed(owner, proposal, evs))
+                expected.append(nxt)
+        ghost_owner, ghost_run = runs["r8"]
+        ghost = claimed(attrs.evolve(successor(ghost_run, T0), id="ghost"), tokens["r8"])
+        calls.append(backend.transitions.commit_claimed(ghost_owner, ghost, []))
+        expected.append(NotFound)
+        answers = await asyncio.gather(*calls)
+        assert max(sizes) > 1, f"nothing was grouped: {sizes}"
+        for answer, want in zip(answers, expected, strict=True):
+            if isinstance(want, type):
+                assert isinstance(answer, want), (answer, want)
+            else:
+                assert answer == want
+        for run_id, (owner, run) in runs.items():  # read back
+            stored = await backend.runs.fetch_run(owner, run_id)
+            assert isinstance(stored, Run)
+            refused = run_id in ("r4", "r5")
+            assert stored.checkpoint_seq == run.checkpoint_seq + (0 if refused else 1), run_id
+            assert stored.event_seq == (1 if refused else 3), run_id
+
+
+def test_a_burst_of_commits_is_pipelined_on_one_server(
+    redis_single: RedisServer, prefix: str
+) -> None:
+    asyncio.run(_burst(redis_single.url, prefix, [redis_single.port]))
+
+
+def test_a_burst_of_commits_is_pipelined_per_master_on_a_cluster(
+    redis_cluster_nodes: RedisCluster, prefix: str
+) -> None:
+    asyncio.run(_burst(redis_cluster_nodes.url, prefix, list(redis_cluster_nodes.ports)))
+
+
+def test_commit_lanes_zero_sends_alone_and_bad_values_are_refused(
+    redis_single: RedisServer, prefix: str
+) -> None:
+    async def body() -> None:
+        async with opened(redis_single.url, prefix, commit_lanes=0) as backend:
+            assert backend._group is None
+            ref = await publish_graph(backend, TENANTLESS)
+            run = await start_run(backend, TENANTLESS, "solo", ref)
+            batch = await backend.runs.claim_due(
+                ClaimPolicy(limit=1, orphan_ttl=timedelta(minutes=5), max_claim_attempts=3)
+            )
+            assert isinstance(batch, ClaimBatch)
+            proposal = claimed(successor(run, T0), batch.leases[0].claim_token)
+            got = await backend.transitions.commit_claimed(TENANTLESS, proposal, [])
+            assert got == proposal.run
+
+    asyncio.run(body())
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError):
+            RedisBackend.from_url(redis_single.url, commit_lanes=bad)
+
+
+def _script(body: bytes) -> Script:
+    return Script(name="test", body=body, sha=hashlib.sha1(body).hexdigest())
+
+
+async def _pipelined_answers(url: str, prefix: str, ports: list[int]) -> None:
+    async with opened(url, prefix) as backend:
+        transport = backend._transport
+        echo = _script(b"return ARGV[1]")
+        failing = _script(b"return redis.error_reply('ERR no such thing')")
+        for port in ports:  # never loaded: every pipelined EVALSHA meets NOSCRIPT
+            client = redis.Redis(host="127.0.0.1", port=port)
+            client.script_flush()
+            client.close()
+        calls: list[tuple[list[str], list[str | bytes]]] = [
+            ([f"{prefix}:{{k{i}}}"], [f"v{i}"]) for i in range(12)
+        ]
+        answers = await transport.eval_many(echo, calls)
+        assert [bytes(a) for a in answers] == [f"v{i}".encode() for i in range(12)]
+        again = await transport.eval_many(echo, calls)  # now cached: EVALSHA answers
+        assert again == answers
+        refused = await transport.eval_many(failing, calls[:3])
+        assert all(isinstance(a, PermanentStoreError) for a in refused), refused
+        assert "no such thing" in str(refused[0])
+
+
+def test_pipelined_scripts_answer_in_order_on_one_server(
+    redis_single: RedisServer, prefix: str
+) -> None:
+    asyncio.run(_pipelined_answers(redis_single.url, prefix, [redis_single.port]))
+
+
+def test_pipelined_scripts_answer_in_order_on_a_cluster(
+    redis_cluster_nodes: RedisCluster, prefix: str
+) -> None:
+    asyncio.run(
+        _pipelined_answers(redis_cluster_nodes.url, prefix, list(redis_cluster_nodes.ports))
+    )

@@ -1,0 +1,98 @@
+"""Group commit for server backends: writes that queue up while the store is busy go together.
+
+A busy worker sends one commit per superstep per run; on a server backend each is a
+statement or script with its own round trip and its own client-side cost (encoding the
+call, taking a pooled connection, waiting for the reply). :class:`GroupCommit` keeps at
+most ``lanes`` sends in flight. A write that finds a lane free goes at once, alone, so an
+idle store adds no latency; writes that arrive while every lane is busy queue, and the
+next free lane sends up to ``limit`` of them as one batch. The busier the store, the
+larger the batches, the lower the cost per write.
+
+What a batch means is the backend's business (one statement applying each write as it
+would alone, say); this class only groups and answers. A batch is sent by its own task, so
+a caller that is cancelled while waiting never cancels the other writes of its batch (its
+own write may still be applied: the same ambiguity as a cancelled single write, which
+transition ids resolve on resend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+__all__ = ["GroupCommit"]
+
+
+class GroupCommit(Generic[A, R]):
+    """``await group.submit(write)`` → that write's answer, sent alone or in a batch.
+
+    ``send`` takes a non-empty list of writes and returns one answer per write, in order;
+    if it raises, every write of that batch gets the exception.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[list[A]], Awaitable[Sequence[R]]],
+        *,
+        lanes: int = 2,
+        limit: int = 32,
+    ) -> None:
+        for name, value in (("lanes", lanes), ("limit", limit)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self._send = send
+        self._lanes = lanes
+        self._limit = limit
+        self._queue: list[tuple[A, asyncio.Future[R]]] = []
+        self._busy = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
+    async def submit(self, write: A) -> R:
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._queue.append((write, future))
+        self._start()
+        return await future
+
+    async def drain(self) -> None:
+        """Wait until every batch in flight has been answered (before closing the store)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _start(self) -> None:
+        while self._queue and self._busy < self._lanes:
+            batch, self._queue = self._queue[: self._limit], self._queue[self._limit :]
+            self._busy += 1
+            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, batch: list[tuple[A, asyncio.Future[R]]]) -> None:
+        try:
+            answers = await self._send([write for write, _ in batch])
+            if len(answers) != len(batch):
+                raise RuntimeError(f"a batch of {len(batch)} writes got {len(answers)} answers")
+        except BaseException as exc:  # every waiter of the batch must hear of it
+            for _, future in batch:
+                if future.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for (_, future), answer in zip(batch, answers, strict=True):
+                if not future.done():
+                    future.set_result(answer)
+        finally:
+            self._busy -= 1
+            self._start()
