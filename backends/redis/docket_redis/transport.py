@@ -114,6 +114,28 @@ def no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
+def pack(commands: Sequence[Sequence[Arg]]) -> bytes:
+    """The RESP bytes of ``commands`` (what the driver's packer makes, in one join).
+
+    A commit's script call has some fifty arguments; the driver encodes and concatenates
+    them one by one, which showed up as a few percent of a worker's CPU.
+    """
+    out: list[bytes] = []
+    for args in commands:
+        out.append(b"*%d\r\n" % len(args))
+        for arg in args:
+            if isinstance(arg, str):
+                data = arg.encode()
+            elif isinstance(arg, bytes):
+                data = arg
+            elif isinstance(arg, int) and not isinstance(arg, bool):
+                data = b"%d" % arg
+            else:
+                raise TypeError(f"cannot send {type(arg).__name__} to Redis")
+            out += (b"$%d\r\n" % len(data), data, b"\r\n")
+    return b"".join(out)
+
+
 class Transport(abc.ABC):
     """Where commands go. Subclasses say how a connection for a key is found."""
 
@@ -158,7 +180,7 @@ class Transport(abc.ABC):
             raise not_sent(exc) from exc  # e.g. a slot no node serves (a cluster change)
         try:
             try:
-                await connection.send_command(*args)
+                await connection.send_packed_command(pack([args]))
             except _TRANSPORT_ERRORS as exc:
                 await connection.disconnect()
                 raise ambiguous(exc) from exc
@@ -250,7 +272,7 @@ class Transport(abc.ABC):
         replies: list[Any] = []
         try:
             try:
-                packed = connection.pack_commands(
+                packed = pack(
                     [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls]
                 )
                 await connection.send_packed_command(packed)

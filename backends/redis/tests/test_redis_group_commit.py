@@ -20,7 +20,7 @@ from docket_contract_tests.fixtures import claimed, events_for, successor
 from docket_redis import RedisBackend
 from docket_redis.errors import PermanentStoreError
 from docket_redis.testing import T0, RedisCluster, RedisServer, opened, publish_graph, start_run
-from docket_redis.transport import Script
+from docket_redis.transport import Script, pack
 
 from docket.clock import ManualClock
 from docket.contract import ClaimBatch, ClaimPolicy, NotFound, StaleCheckpoint
@@ -169,3 +169,25 @@ def test_pipelined_scripts_answer_in_order_on_a_cluster(
     asyncio.run(
         _pipelined_answers(redis_cluster_nodes.url, prefix, list(redis_cluster_nodes.ports))
     )
+
+
+@pytest.mark.parametrize(
+    "commands",
+    [
+        [("SET", "k", "v")],
+        [("EVALSHA", "abc", 2, "k1", "k2", b"\x00\xff\r\n", "é" * 3000, 12345, -5, 0)],
+        [("GET", "x" * 7000)],
+        [("A", "b"), ("C", 1), ("EVALSHA", "s", 1, "{k}", b"")],
+    ],
+)
+def test_pack_makes_the_drivers_bytes(commands: list[tuple[str | bytes | int, ...]]) -> None:
+    from redis.asyncio.connection import Connection
+
+    theirs = b"".join(Connection().pack_commands(commands))
+    assert pack(commands) == theirs
+
+
+def test_pack_refuses_what_redis_cannot_take() -> None:
+    for bad in (True, 1.5, None):
+        with pytest.raises(TypeError):
+            pack([("SET", "k", bad)])  # type: ignore[list-item]
