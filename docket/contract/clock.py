@@ -5,9 +5,11 @@ with). Reading it costs a round trip, and the worker wants it at every superstep
 busy worker that read is a large share of all the statements it sends. :class:`SampledClock`
 reads the server's clock at most once per ``resync`` seconds and, between reads, adds the
 local *monotonic* time elapsed since the last read. It stays the server's clock: the local
-wall clock is never consulted (a skewed or stepped host clock changes nothing), and the
-estimate is off by at most half a round trip plus the drift of the local monotonic clock
-over ``resync`` seconds (parts per million) — far below any timer or TTL docket uses.
+wall clock is never consulted (a skewed or stepped host clock changes nothing). A reading
+is anchored at the moment the server's answer arrived, so it lags the server's clock by
+at most one round trip and never runs ahead of it (but for the drift of the local
+monotonic clock over ``resync`` seconds: parts per million) — far below any timer or TTL
+docket uses. Right after a read it *is* the server's answer, as a direct read would be.
 
 Within one process the readings never go backwards by less than ``_STEP``: a re-read that
 lands a little behind the carried-forward estimate (round-trip noise) is held at the last
@@ -54,12 +56,10 @@ class SampledClock:
     async def now(self) -> datetime:
         anchor, local = self._anchor, self._monotonic()
         if anchor is None or local - anchor[1] >= self._resync:
-            before = local
             server = utc(await self._read())
             local = self._monotonic()
-            # The server read its clock somewhere inside the round trip: take the middle.
-            anchor = self._anchor = (server, (before + local) / 2)
-        reading = anchor[0] + timedelta(seconds=max(0.0, local - anchor[1]))
+            anchor = self._anchor = (server, local)
+        reading = anchor[0] + timedelta(seconds=local - anchor[1])
         last = self._last
         if last is not None and last - _STEP < reading < last:
             reading = last

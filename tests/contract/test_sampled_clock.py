@@ -48,12 +48,13 @@ def test_reads_the_server_once_per_resync_and_carries_forward_between() -> None:
     assert server.reads == 2
 
 
-def test_anchors_at_the_middle_of_the_round_trip() -> None:
+def test_anchors_where_the_answer_arrived_so_it_never_runs_ahead() -> None:
     clock, server, local = clock_pair()
     server.round_trip = 0.010
-    first = asyncio.run(clock.now())
-    # the server's reading is 5 ms old when it arrives: the estimate adds it
-    assert first == T0 + timedelta(seconds=0.005)
+    assert asyncio.run(clock.now()) == T0  # right after a read: the server's answer
+    local[0] += 0.3
+    server.time = T0 + timedelta(seconds=0.305)  # it read its clock mid-trip, 5 ms on
+    assert asyncio.run(clock.now()) == T0 + timedelta(seconds=0.3)  # lags, never ahead
 
 
 def test_never_steps_back_a_little_but_follows_a_real_step_back() -> None:

@@ -294,11 +294,31 @@ _COMMIT_MANY = (
     "%s::timestamptz[], %s::bytea[], %s::text[], %s::text[], %s::timestamptz[], "
     "%s::timestamptz, %s::integer[], %s::bigint[], %s::bytea[], %s::bytea[])"
 )
-#: ``commit_run``'s arguments before ``p_now``: the ones that become arrays in a group.
-_COMMIT_SCALARS: Final = 20
-_CommitArgs = tuple[object, ...]
-#: A ``commit_run`` row, or the store's answer when the statement failed.
-_CommitAnswer = tuple[Any, ...] | Retryable | Permanent
+_INITIALIZE_MANY = (
+    "SELECT * FROM @schema@.initialize_runs(%s::text[], %s::text[], %s::text[], %s::text[], "
+    "%s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[], "
+    "%s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::bytea[], %s::text[], "
+    "%s::timestamptz[], %s::timestamptz, %s::integer[], %s::bigint[], %s::bytea[], "
+    "%s::bytea[])"
+)
+
+
+@attrs.frozen
+class _Statement:
+    """A write that can be grouped: its one-run form, its group form, and how many of its
+    leading arguments become arrays in a group (the rest: ``p_now`` and the three event
+    arrays, flattened with a count per write). Both start with tenant and run id."""
+
+    single: str
+    many: str
+    scalars: int
+
+
+_COMMIT_STATEMENT: Final = _Statement(_COMMIT, _COMMIT_MANY, 20)
+_INITIALIZE_STATEMENT: Final = _Statement(_INITIALIZE, _INITIALIZE_MANY, 16)
+_WriteArgs = tuple[object, ...]
+#: A function's row, or the store's answer when the statement failed.
+_WriteAnswer = tuple[Any, ...] | Retryable | Permanent
 
 # The claimed run's document rides along with its lease, so the drain that follows need
 # not read it back. The join reads ``runs`` in the statement's own snapshot, which may
@@ -435,12 +455,9 @@ class PostgresBackend:
         self._sql: dict[str, bytes] = {}
         self._claimed_runs = ClaimedRunDocuments()
         self._server_clock = SampledClock(self._read_clock, resync=float(clock_resync))
-        # 0 lanes: every commit is its own statement (no grouping)
-        self._group: GroupCommit[_CommitArgs, _CommitAnswer] | None = (
-            GroupCommit(self._send_commits, lanes=commit_lanes, limit=_GROUP_LIMIT)
-            if commit_lanes
-            else None
-        )
+        # 0 lanes: every write is its own statement (no grouping)
+        self._group = self._grouping(_COMMIT_STATEMENT, commit_lanes)
+        self._init_group = self._grouping(_INITIALIZE_STATEMENT, commit_lanes)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> PostgresBackend:
@@ -617,8 +634,9 @@ class PostgresBackend:
             listener, self._listener = self._listener, None
         if listener is not None:
             await listener.stop()
-        if self._group is not None:
-            await self._group.drain()
+        for group in (self._group, self._init_group):
+            if group is not None:
+                await group.drain()
         if pool is not None:
             await pool.close()
 
@@ -1083,34 +1101,35 @@ class PostgresBackend:
         if not _storable(key, run.id, run.graph_id, run.graph_hash, proposal.transition_id):
             return Permanent("PostgreSQL text cannot hold NUL characters in ids")
         hashes = [hashlib.sha256(c).digest() for c in valid.event_contents]
-        rows = await self._outcome(
-            self._q(_INITIALIZE),
-            (
-                key,
-                run.id,
-                proposal.transition_id,
-                valid.digest,
-                run.graph_id,
-                run.graph_hash,
-                str(run.status),
-                run.step,
-                run.checkpoint_seq,
-                run.event_seq,
-                run.started_at,
-                run.updated_at,
-                run.finished_at,
-                valid.run_json,
-                str(proposal.checkpoint_type),
-                utc(proposal.wake_at),
-                self._given(None),
-                [e.seq for e in valid.events],
-                list(valid.event_json),
-                hashes,
-            ),
+        args: _WriteArgs = (
+            key,
+            run.id,
+            proposal.transition_id,
+            valid.digest,
+            run.graph_id,
+            run.graph_hash,
+            str(run.status),
+            run.step,
+            run.checkpoint_seq,
+            run.event_seq,
+            run.started_at,
+            run.updated_at,
+            run.finished_at,
+            valid.run_json,
+            str(proposal.checkpoint_type),
+            utc(proposal.wake_at),
+            self._given(None),
+            [e.seq for e in valid.events],
+            list(valid.event_json),
+            hashes,
         )
-        if not isinstance(rows, list):
-            return rows
-        outcome, digest, stored_json, announced = rows[0]
+        if self._init_group is None:
+            answer = await self._send_write(_INITIALIZE_STATEMENT, args)
+        else:
+            answer = await self._init_group.submit(args)
+        if not isinstance(answer, tuple):
+            return answer
+        outcome, digest, stored_json, announced = answer
         if outcome == "written":
             self._announced(announced)
             return valid.run  # what was just stored, checked durable: no decode
@@ -1144,42 +1163,59 @@ class PostgresBackend:
             return valid
         return await self._commit(owner, valid)
 
-    async def _send_commit(self, args: _CommitArgs) -> _CommitAnswer:
-        rows = await self._outcome(self._q(_COMMIT), args)
+    def _grouping(
+        self, statement: _Statement, lanes: int
+    ) -> GroupCommit[_WriteArgs, _WriteAnswer] | None:
+        if not lanes:
+            return None
+
+        async def send(batch: list[_WriteArgs]) -> list[_WriteAnswer]:
+            return await self._send_group(statement, batch)
+
+        return GroupCommit(send, lanes=lanes, limit=_GROUP_LIMIT)
+
+    async def _send_write(self, statement: _Statement, args: _WriteArgs) -> _WriteAnswer:
+        rows = await self._outcome(self._q(statement.single), args)
         return rows if not isinstance(rows, list) else tuple(rows[0])
 
-    async def _send_commits(self, batch: list[_CommitArgs]) -> list[_CommitAnswer]:
-        """Group commit: several runs' commits in one ``commit_runs`` statement.
+    async def _send_group(
+        self, statement: _Statement, batch: list[_WriteArgs]
+    ) -> list[_WriteAnswer]:
+        """Group commit: several runs' writes in one ``commit_runs`` (``initialize_runs``)
+        statement.
 
         Sorted by owner and run id, so concurrent batches lock run rows in one order. If
         the statement fails as a whole (nothing of it was kept, or, for a lost connection,
-        maybe all of it), each commit is resent alone: a commit that was applied answers
-        as a replay of its transition id.
+        maybe all of it), each write is resent alone: one that was applied answers as a
+        replay of its transition id.
         """
         if len(batch) == 1:
-            return [await self._send_commit(batch[0])]
+            return [await self._send_write(statement, batch[0])]
+        scalars = statement.scalars
         order = sorted(range(len(batch)), key=lambda i: (batch[i][0], batch[i][1]))
-        columns: list[list[object]] = [[] for _ in range(_COMMIT_SCALARS)]
+        columns: list[list[object]] = [[] for _ in range(scalars)]
         counts: list[int] = []
         seqs: list[int] = []
         bodies: list[bytes] = []
         hashes: list[bytes] = []
         for i in order:
             args = batch[i]
-            for column, value in zip(columns, args[:_COMMIT_SCALARS], strict=True):
+            for column, value in zip(columns, args[:scalars], strict=True):
                 column.append(value)
-            event_seqs = cast(list[int], args[_COMMIT_SCALARS + 1])
+            event_seqs = cast(list[int], args[scalars + 1])
             counts.append(len(event_seqs))
             seqs.extend(event_seqs)
-            bodies.extend(cast(list[bytes], args[_COMMIT_SCALARS + 2]))
-            hashes.extend(cast(list[bytes], args[_COMMIT_SCALARS + 3]))
-        now = batch[0][_COMMIT_SCALARS]
+            bodies.extend(cast(list[bytes], args[scalars + 2]))
+            hashes.extend(cast(list[bytes], args[scalars + 3]))
+        now = batch[0][scalars]
         rows = await self._outcome(
-            self._q(_COMMIT_MANY), (*columns, now, counts, seqs, bodies, hashes)
+            self._q(statement.many), (*columns, now, counts, seqs, bodies, hashes)
         )
         if not isinstance(rows, list) or len(rows) != len(batch):
-            return list(await asyncio.gather(*(self._send_commit(args) for args in batch)))
-        answers: list[_CommitAnswer] = [()] * len(batch)
+            return list(
+                await asyncio.gather(*(self._send_write(statement, args) for args in batch))
+            )
+        answers: list[_WriteAnswer] = [()] * len(batch)
         for row in rows:
             answers[order[int(row[0]) - 1]] = tuple(row[1:])
         return answers
@@ -1203,7 +1239,7 @@ class PostgresBackend:
             return Permanent("PostgreSQL text cannot hold NUL characters in ids")
         hashes = tuple(hashlib.sha256(c).digest() for c in valid.event_contents)
         schedule_name, wake_at = _schedule_args(schedule)
-        args: _CommitArgs = (
+        args: _WriteArgs = (
             key,
             run.id,
             transition_id,
@@ -1230,7 +1266,7 @@ class PostgresBackend:
             list(hashes),
         )
         if self._group is None:
-            answer = await self._send_commit(args)
+            answer = await self._send_write(_COMMIT_STATEMENT, args)
         else:
             answer = await self._group.submit(args)
         if not isinstance(answer, tuple):

@@ -1,7 +1,8 @@
 """The schema, its version, ordered migrations, and the server-side functions.
 
-Conventions of the schema (version 1; version 2 adds ``commit_runs``; all objects live in one PostgreSQL schema, default
-``docket``, chosen per application):
+Conventions of the schema (version 1; version 2 only adds the group-commit functions
+``commit_runs`` and ``initialize_runs``). All objects live in one PostgreSQL schema,
+default ``docket``, chosen per application:
 
 * Owner: ``tenant`` is ``''`` for tenantless rows and the tenant id otherwise. Tenant
   ids are never empty, so ``''`` is unambiguous and the owner can sit in primary keys.
@@ -20,9 +21,10 @@ Conventions of the schema (version 1; version 2 adds ``commit_runs``; all object
   impossible row whoever writes it; triggers make run identity (owner included),
   published graphs, events and recorded transitions immutable.
 * Each write the contract makes atomic is one PL/pgSQL function (``initialize_run``,
-  ``commit_run`` and its group form ``commit_runs``, ``claim_due``, ``abandon_claim``, ``retry_poisoned``,
-  ``save_graph``, ``prune``), called as one statement in autocommit mode: one round
-  trip, one transaction, all or nothing.
+  ``commit_run``, ``claim_due``, ``abandon_claim``, ``retry_poisoned``, ``save_graph``,
+  ``prune``), called as one statement in autocommit mode: one round trip, one
+  transaction, all or nothing. Several runs' initializations or commits may share one
+  statement (group commit), each applied exactly as it would be alone.
 
 The version lives in ``meta`` (key ``schema_version``). :func:`apply_migrations` runs
 the missing steps of a migration list in order, in one transaction under an advisory
@@ -825,7 +827,8 @@ $fn$""",
 )
 
 # Version 2: group commit. ``commit_runs`` applies several runs' commits in one statement
-# (one round trip, one transaction), each exactly as ``commit_run`` would apply it alone,
+# (one round trip, one transaction), each exactly as ``commit_run`` would apply it alone
+# (``initialize_runs`` does the same for ``initialize_run``),
 # in the order given (the caller sorts by owner and run id, so two batches lock rows in
 # the same order). A commit's refusal is its own answer and writes nothing of it; an error
 # aborts the whole statement, and the caller then resends each commit alone (they are
@@ -864,6 +867,34 @@ BEGIN
     END LOOP;
 END
 $fn$""",
+    """CREATE FUNCTION @schema@.initialize_runs(
+    p_tenants text[], p_run_ids text[], p_transition_ids text[], p_digests text[],
+    p_graph_ids text[], p_graph_hashes text[], p_statuses text[], p_steps bigint[],
+    p_checkpoint_seqs bigint[], p_event_seqs bigint[], p_started_ats timestamptz[],
+    p_updated_ats timestamptz[], p_finished_ats timestamptz[], p_run_jsons bytea[],
+    p_checkpoint_types text[], p_wake_ats timestamptz[], p_now timestamptz,
+    p_counts integer[], p_seqs bigint[], p_events bytea[], p_hashes bytea[])
+RETURNS TABLE (
+    o_index integer, o_outcome text, o_digest text, o_run_json bytea, o_announced boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_first integer := 1;
+    v_last integer;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_run_ids, 1), 0) LOOP
+        v_last := v_first + p_counts[i] - 1;
+        RETURN QUERY SELECT i, c.* FROM @schema@.initialize_run(
+            p_tenants[i], p_run_ids[i], p_transition_ids[i], p_digests[i],
+            p_graph_ids[i], p_graph_hashes[i], p_statuses[i], p_steps[i],
+            p_checkpoint_seqs[i], p_event_seqs[i], p_started_ats[i],
+            p_updated_ats[i], p_finished_ats[i], p_run_jsons[i],
+            p_checkpoint_types[i], p_wake_ats[i], p_now,
+            coalesce(p_seqs[v_first:v_last], '{}'), coalesce(p_events[v_first:v_last], '{}'),
+            coalesce(p_hashes[v_first:v_last], '{}')) c;
+        v_first := v_last + 1;
+    END LOOP;
+END
+$fn$""",
 )
 
 #: One step of the schema's history: applying ``statements`` to version ``version - 1``
@@ -880,6 +911,7 @@ REQUIRED_FUNCTIONS: Final = (
     "initialize_run",
     "commit_run",
     "commit_runs",
+    "initialize_runs",
     "claim_due",
     "abandon_claim",
     "retry_poisoned",

@@ -31,12 +31,13 @@ from docket_postgres.testing import open_backend as opened
 from docket.contract import (
     ClaimBatch,
     ClaimPolicy,
+    Conflict,
     Lease,
     NotFound,
     Permanent,
     StaleCheckpoint,
 )
-from docket.records import TENANTLESS, GraphVersion, OwnerScope, Run, Tenant
+from docket.records import TENANTLESS, GraphRef, GraphVersion, OwnerScope, Run, Tenant
 
 Names = Callable[[str], str]
 
@@ -62,17 +63,18 @@ async def _claimed_runs(
     return {lease.run_id: (*runs[lease.run_id], lease) for lease in batch.leases}
 
 
-def _record_batches(backend: PostgresBackend) -> list[int]:
+def _record_batches(backend: PostgresBackend, which: str = "_group") -> list[int]:
     """Wrap the backend's own group sender to see the batch sizes it is handed."""
     sizes: list[int] = []
-    send = backend._send_commits
+    group = getattr(backend, which)
+    assert group is not None
+    send = group._send
 
     async def recording(batch: list[Any]) -> Any:
         sizes.append(len(batch))
         return await send(batch)
 
-    assert backend._group is not None
-    backend._group._send = recording
+    group._send = recording
     return sizes
 
 
@@ -227,6 +229,53 @@ def test_a_version_1_store_needs_migrate_and_then_groups(pg_url: str, schema_nam
             )
             assert got == [p.run for p in proposals]
             assert max(sizes) > 1, sizes
+        finally:
+            await backend.close()
+
+    asyncio.run(body())
+
+
+def test_a_burst_of_run_starts_is_grouped_and_each_gets_its_own_answer(
+    pg_url: str, schema_name: Names
+) -> None:
+    async def body() -> None:
+        backend = await opened(pg_url, schema_name("starts"), commit_lanes=1)
+        try:
+            document = graph_document("g")
+            ref = graph_ref(document)
+            owners: list[OwnerScope] = [TENANTLESS, Tenant("acme")]
+            for owner in owners:
+                assert isinstance(await backend.save_graph(owner, ref, document), GraphVersion)
+            sizes = _record_batches(backend, "_init_group")
+            now = await backend.now()
+            calls = []
+            expected: list[object] = []
+            proposals = {}
+            for i in range(8):
+                owner = owners[i % 2]
+                fresh = new_run(f"s{i}", ref, now, event_seq=1)
+                proposals[i] = (owner, init_proposal(fresh, now), events_for(fresh, now, [1]))
+                calls.append(backend.initialize(*proposals[i]))
+                expected.append(fresh)
+            owner, proposal, evs = proposals[3]  # the same proposal again: a replay
+            calls.append(backend.initialize(owner, proposal, evs))
+            expected.append(proposal.run)
+            taken = init_proposal(attrs.evolve(proposal.run, input={"other": 1}), now)
+            calls.append(backend.initialize(owner, taken, evs))  # same id, other content
+            expected.append(Conflict)
+            lost = new_run("nograph", GraphRef("nope", "0" * 64), now)
+            calls.append(backend.initialize(TENANTLESS, init_proposal(lost, now), []))
+            expected.append(NotFound)
+            answers = await asyncio.gather(*calls)
+            assert max(sizes) > 1, f"nothing was grouped: {sizes}"
+            for answer, want in zip(answers, expected, strict=True):
+                if isinstance(want, type):
+                    assert isinstance(answer, want), (answer, want)
+                else:
+                    assert answer == want
+            for owner, proposal, _ in proposals.values():
+                assert await backend.fetch_run(owner, proposal.run.id) == proposal.run
+            assert isinstance(await backend.fetch_run(TENANTLESS, "nograph"), NotFound)
         finally:
             await backend.close()
 
