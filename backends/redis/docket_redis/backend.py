@@ -333,9 +333,9 @@ class RedisBackend:
         self._claimed_runs = ClaimedRunDocuments()
         self._server_clock = SampledClock(self._read_clock, resync=_seconds(clock_resync))
         lanes = _lanes(commit_lanes)
-        self._group: GroupCommit[_Call, Any] | None = (
-            GroupCommit(self._send_commits, lanes=lanes, limit=32) if lanes else None
-        )
+        # commits and run starts, each grouped apart (0 lanes: every call is sent alone)
+        self._group = self._grouping("commit", lanes)
+        self._init_group = self._grouping("initialize", lanes)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> RedisBackend:
@@ -456,8 +456,9 @@ class RedisBackend:
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await listener
-        if self._group is not None:
-            await self._group.drain()  # commits in flight get their answers first
+        for group in (self._group, self._init_group):
+            if group is not None:
+                await group.drain()  # writes in flight get their answers first
         transport, self._transport = self._transport, self._new_transport()
         self._open = False
         with contextlib.suppress(Exception):
@@ -622,14 +623,29 @@ class RedisBackend:
         script: Script = self._scripts[name]
         return await self._transport.eval(script, keys, args)
 
-    async def _send_commits(self, calls: list[_Call]) -> list[Any]:
-        """Group commit: the commit scripts of several runs, pipelined per node."""
-        if len(calls) == 1:
-            try:
-                return [await self._eval("commit", *calls[0])]
-            except StoreError as exc:
-                return [exc]
-        return await self._transport.eval_many(self._scripts["commit"], calls)
+    def _grouping(self, name: str, lanes: int) -> GroupCommit[_Call, Any] | None:
+        """Group commit for script ``name``: calls of several runs, pipelined per node."""
+        if not lanes:
+            return None
+
+        async def send(calls: list[_Call]) -> list[Any]:
+            if len(calls) == 1:
+                try:
+                    return [await self._eval(name, *calls[0])]
+                except StoreError as exc:
+                    return [exc]
+            return await self._transport.eval_many(self._scripts[name], calls)
+
+        return GroupCommit(send, lanes=lanes, limit=32)
+
+    async def _grouped(self, group: GroupCommit[_Call, Any] | None, name: str, call: _Call) -> Any:
+        """Run script ``name`` for ``call``, through ``group`` when grouping is on."""
+        if group is None:
+            return await self._eval(name, *call)
+        reply = await group.submit(call)
+        if isinstance(reply, StoreError):
+            raise reply
+        return reply
 
     async def _register(self, scope: ScopeKeys, *, order: bool) -> int:
         """Record the scope (claims and SYSTEM listings visit it); maybe take an order."""
@@ -1140,8 +1156,7 @@ class RedisBackend:
         folded = not self._target.cluster
         try:
             order = scope.part if folded else str(await self._register(scope, order=True))
-            reply = await self._eval(
-                "initialize",
+            call: _Call = (
                 [
                     scope.graph(run.graph_id),
                     scope.run(run.id),
@@ -1179,6 +1194,7 @@ class RedisBackend:
                     *_event_args(valid),
                 ],
             )
+            reply = await self._grouped(self._init_group, "initialize", call)
         except StoreError as exc:
             return exc.outcome
         code = _code(reply)
@@ -1258,12 +1274,7 @@ class RedisBackend:
             ],
         )
         try:
-            if self._group is None:
-                reply = await self._eval("commit", *call)
-            else:
-                reply = await self._group.submit(call)
-                if isinstance(reply, StoreError):
-                    raise reply
+            reply = await self._grouped(self._group, "commit", call)
         except StoreError as exc:
             return exc.outcome
         code = _code(reply)

@@ -23,14 +23,14 @@ from docket_redis.testing import T0, RedisCluster, RedisServer, opened, publish_
 from docket_redis.transport import Script, pack
 
 from docket.clock import ManualClock
-from docket.contract import ClaimBatch, ClaimPolicy, NotFound, StaleCheckpoint
+from docket.contract import ClaimBatch, ClaimPolicy, Conflict, NotFound, StaleCheckpoint
 from docket.records import TENANTLESS, OwnerScope, Run, Tenant
 
 
-def _record_batches(backend: RedisBackend) -> list[int]:
+def _record_batches(backend: RedisBackend, which: str = "_group") -> list[int]:
     """Wrap the backend's own group sender to see the batch sizes it is handed."""
     sizes: list[int] = []
-    group = backend._group
+    group = getattr(backend, which)
     assert group is not None
     send = group._send
 
@@ -191,3 +191,49 @@ def test_pack_refuses_what_redis_cannot_take() -> None:
     for bad in (True, 1.5, None):
         with pytest.raises(TypeError):
             pack([("SET", "k", bad)])  # type: ignore[list-item]
+
+
+async def _starts(url: str, prefix: str) -> None:
+    from docket_contract_tests.fixtures import init_proposal, new_run
+
+    clock = ManualClock(T0)
+    async with opened(url, prefix, clock=clock, commit_lanes=1) as backend:
+        owners: list[OwnerScope] = [TENANTLESS, Tenant("acme"), Tenant("zed")]
+        refs = {str(owner): await publish_graph(backend, owner) for owner in owners}
+        sizes = _record_batches(backend, "_init_group")
+        calls = []
+        expected: list[object] = []
+        proposals = []
+        for i in range(9):
+            owner = owners[i % 3]
+            fresh = new_run(f"s{i}", refs[str(owner)], T0, event_seq=1)
+            proposals.append((owner, init_proposal(fresh, T0), events_for(fresh, T0, [1])))
+            calls.append(backend.transitions.initialize(*proposals[-1]))
+            expected.append(fresh)
+        owner, proposal, evs = proposals[4]
+        calls.append(backend.transitions.initialize(owner, proposal, evs))  # a replay
+        expected.append(proposal.run)
+        taken = init_proposal(attrs.evolve(proposal.run, input={"other": 1}), T0)
+        calls.append(backend.transitions.initialize(owner, taken, evs))
+        expected.append(Conflict)
+        answers = await asyncio.gather(*calls)
+        assert max(sizes) > 1, f"nothing was grouped: {sizes}"
+        for answer, want in zip(answers, expected, strict=True):
+            if isinstance(want, type):
+                assert isinstance(answer, want), (answer, want)
+            else:
+                assert answer == want
+        for owner, proposal, _ in proposals:
+            assert await backend.runs.fetch_run(owner, proposal.run.id) == proposal.run
+
+
+def test_a_burst_of_run_starts_is_pipelined_on_one_server(
+    redis_single: RedisServer, prefix: str
+) -> None:
+    asyncio.run(_starts(redis_single.url, prefix))
+
+
+def test_a_burst_of_run_starts_is_pipelined_on_a_cluster(
+    redis_cluster_nodes: RedisCluster, prefix: str
+) -> None:
+    asyncio.run(_starts(redis_cluster_nodes.url, prefix))
