@@ -390,7 +390,8 @@ def test_without_a_clock_the_server_time_stamps_everything(
     redis_single: RedisServer, prefix: str
 ) -> None:
     async def body() -> None:
-        async with opened(redis_single.url, prefix) as backend:
+        # clock_resync=0: now() is a direct TIME read, so the brackets below are exact
+        async with opened(redis_single.url, prefix, clock_resync=0) as backend:
             ref = await publish_graph(backend, TENANTLESS)
             before = await backend.now()
             run = await start_run(backend, TENANTLESS, "r1", ref, at=before, wake_at=before)
@@ -410,6 +411,24 @@ def test_without_a_clock_the_server_time_stamps_everything(
             info = await backend.runs.inspect_run(TENANTLESS, run.id)
             assert isinstance(info, RunInfo) and info.wake_at is not None
             assert after <= info.wake_at <= await backend.now()
+
+    asyncio.run(body())
+
+
+def test_the_sampled_clock_stays_on_the_server_time(redis_single: RedisServer, prefix: str) -> None:
+    async def body() -> None:
+        async with (
+            opened(redis_single.url, prefix) as sampled,
+            opened(redis_single.url, prefix, clock_resync=0) as direct,
+        ):
+            slack = timedelta(milliseconds=250)  # a loaded machine's round trips
+            for _ in range(3):
+                before = await sampled.now()
+                server = await direct.now()
+                assert before - slack <= server <= await sampled.now() + slack
+                await asyncio.sleep(0.2)
+        with pytest.raises(ValueError):
+            RedisBackend.from_url(redis_single.url, clock_resync=-1)
 
     asyncio.run(body())
 
