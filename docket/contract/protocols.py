@@ -218,6 +218,19 @@ class ClaimedRuns(Protocol):
     async def claimed_run(self, owner: OwnerScope, run_id: str, token: str) -> Run | None: ...
 
 
+@runtime_checkable
+class SampledNow(Protocol):
+    """Optional on a backend whose clock is a server's: a cheap reading of that clock.
+
+    ``now()`` reads the server's clock (a round trip) and is exact. ``sampled_now()``
+    reads it at most now and then and carries it forward on the local monotonic clock
+    (:class:`docket.contract.clock.SampledClock`): it may lag the server by a round trip
+    but never runs ahead of it. The worker stamps supersteps with it; anything that must
+    be ordered against the server's own stamps uses ``now()``."""
+
+    async def sampled_now(self) -> datetime: ...
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -234,5 +247,6 @@ __all__ = [
     "GraphStore",
     "Migratable",
     "RunStore",
+    "SampledNow",
     "TransitionStore",
 ]

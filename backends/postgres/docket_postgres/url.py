@@ -10,8 +10,9 @@ before the rest is handed to libpq:
 * ``statement_timeout`` — seconds (a float; ``0`` disables it);
 * ``pool_min_size`` / ``pool_max_size`` — connection pool bounds;
 * ``notify`` — ``true`` (default) or ``false`` (no LISTEN connection: poll only);
-* ``clock_resync`` — seconds between reads of the database clock (default ``1``; ``0``
-  reads it at every ``now()``); see :class:`docket.contract.clock.SampledClock`;
+* ``clock_resync`` — seconds between reads of the database clock by ``sampled_now()``,
+  the worker's clock (default ``1``; ``0`` reads it every time); see
+  :class:`docket.contract.clock.SampledClock`;
 * ``commit_lanes`` — commit statements in flight at once before further commits are
   grouped into one statement (default ``2``; ``0`` sends every commit alone).
 

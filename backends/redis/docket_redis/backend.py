@@ -293,7 +293,8 @@ class RedisBackend:
     server's ``TIME`` as the authoritative clock and exists **for test suites only**
     (the contract kit drives time with it); ``limits`` are the size limits it declares
     and enforces. ``clock_resync`` is how many seconds may pass between two reads of the
-    server's ``TIME`` (``0``: read it at every ``now()``); see
+    server's ``TIME`` by ``sampled_now()``, the worker's clock (``0``: read it every time;
+    ``now()`` always reads it); see
     :class:`docket.contract.clock.SampledClock`. ``commit_lanes`` is how many commit
     scripts (or pipelines of them) may be in flight before further commits are grouped
     into one pipeline (``0``: every commit is sent alone); see
@@ -534,6 +535,12 @@ class RedisBackend:
     # -- clock ------------------------------------------------------------------------------
 
     async def now(self) -> datetime:
+        if self._clock is not None:
+            return utc(self._clock())
+        return await self._read_clock()
+
+    async def sampled_now(self) -> datetime:
+        """The server's ``TIME`` without a round trip each time (``SampledNow``)."""
         if self._clock is not None:
             return utc(self._clock())
         return await self._server_clock.now()
