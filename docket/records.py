@@ -15,18 +15,22 @@ from __future__ import annotations
 import json
 import reprlib
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Final, TypeAlias, TypeVar, cast
+from typing import Any, Final, TypeAlias, TypeVar, cast
 
 import attrs
 import cattrs
+import orjson
 
 from docket.values import (
     JSONDict,
     JSONValue,
     canonical_json,
+    canonical_json_as,
+    canonical_json_of_checked,
     durable_errors,
+    encoder_for,
     from_micros,
     to_micros,
     utc,
@@ -487,6 +491,9 @@ def format_timestamp(moment: datetime) -> str:
     ``isoformat`` rather than ``strftime``: ``%Y`` does not pad years before 1000, and
     such text neither sorts nor parses back.
     """
+    if moment.__class__ is datetime and moment.tzinfo is UTC:
+        # Already UTC (every timestamp docket makes): the same text in one call.
+        return moment.isoformat(timespec="microseconds")[:-6] + "Z"
     return utc(moment).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
@@ -557,11 +564,246 @@ def run_to_dict(run: Run) -> JSONDict:
 
 
 def run_from_dict(data: Mapping[str, object]) -> Run:
+    if isinstance(data, Mapping):
+        try:
+            fast = _plain_run(data)
+        except Exception:  # whatever the shortcut trips on, the general decoder words it
+            fast = None
+        if fast is not None:
+            return fast
     return _structure(data, Run)
 
 
+_RUN_KEYS: Final = frozenset(attrs.fields_dict(Run))
+_CHANNEL_KEYS: Final = frozenset(attrs.fields_dict(ChannelState))
+
+
+# ``Any`` below, not ``cast``: typing.cast is a call, and these run per stored value.
+def _plain_str(value: Any) -> str:
+    if value.__class__ is not str:
+        raise TypeError("not an exact str")
+    return value
+
+
+def _plain_int(value: Any) -> int:
+    if value.__class__ is not int:
+        raise TypeError("not an exact int")
+    return value
+
+
+def _plain_durable(value: Any) -> Any:
+    if durable_errors(value):
+        raise ValueError("not a durable value")
+    return value
+
+
+def _plain_object(value: Any) -> JSONDict:
+    if value.__class__ is not dict or durable_errors(value):
+        raise ValueError("not a durable object")
+    return value
+
+
+def _plain_strs(value: Any) -> list[str]:
+    if value.__class__ is not list:
+        raise TypeError("not a list")
+    for item in value:
+        if item.__class__ is not str:
+            raise TypeError("not a list of exact str")
+    return value
+
+
+#: Exact types that are durable on their own (floats are checked: NaN is not durable).
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
+def _plain_empty_list(value: Any) -> tuple[str, ...]:
+    if value.__class__ is not list:
+        raise TypeError("not a list")
+    return ()
+
+
+def _plain_channels(channels: Any) -> dict[str, ChannelState]:
+    if channels.__class__ is not dict:
+        raise TypeError("not an object")
+    out: dict[str, ChannelState] = {}
+    for key, fields in channels.items():
+        if fields.__class__ is not dict or fields.keys() != _CHANNEL_KEYS:
+            raise TypeError("not a plain channel object")
+        value = fields["value"]
+        seen = fields["barrier_seen"]
+        out[_plain_str(key)] = ChannelState(
+            channel_id=_plain_str(fields["channel_id"]),
+            value=value if value.__class__ in _SCALARS else _plain_durable(value),
+            version=_plain_int(fields["version"]),
+            barrier_seen=tuple(_plain_strs(seen)) if seen else _plain_empty_list(seen),
+        )
+    return out
+
+
+def _plain_run(data: Mapping[str, Any]) -> Run | None:
+    """The run document the common way, or ``None`` to leave it to cattrs.
+
+    A stored run is nearly always the exact shape :func:`run_to_dict` writes: every key,
+    exact ``str``/``int``/``list``/``dict`` values. For that shape this builds the same
+    :class:`Run` cattrs would (exact values pass cattrs' ``str()``/``int()`` unchanged)
+    at a fraction of the cost; anything else (a missing or extra key, a subclass, a bad
+    value) raises or answers ``None``, and the caller takes the general decoder, which
+    alone words the errors. The rarer collections go through cattrs' own hooks.
+    """
+    if data.keys() != _RUN_KEYS:
+        return None
+    output = data["output"]
+    finished = data["finished_at"]
+    return Run(
+        id=_plain_str(data["id"]),
+        graph_id=_plain_str(data["graph_id"]),
+        graph_hash=_plain_str(data["graph_hash"]),
+        status=RunStatus(_plain_str(data["status"])),
+        started_at=parse_timestamp(_plain_str(data["started_at"])),
+        updated_at=parse_timestamp(_plain_str(data["updated_at"])),
+        input=_plain_object(data["input"]),
+        output=None if output is None else _plain_object(output),
+        failure=converter.structure(data["failure"], Failure | None),  # type: ignore[arg-type]
+        finished_at=None if finished is None else parse_timestamp(_plain_str(finished)),
+        step=_plain_int(data["step"]),
+        channels=_plain_channels(data["channels"]),
+        changed_channels=frozenset(_plain_strs(data["changed_channels"])),
+        pending_nodes=frozenset(_plain_strs(data["pending_nodes"])),
+        active_tasks=converter.structure(data["active_tasks"], dict[str, TaskState]),
+        pending_writes=converter.structure(data["pending_writes"], tuple[PendingWrite, ...]),
+        interrupts=converter.structure(data["interrupts"], dict[str, InterruptState]),
+        timers=converter.structure(data["timers"], dict[str, TimerState]),
+        checkpoint_seq=_plain_int(data["checkpoint_seq"]),
+        event_seq=_plain_int(data["event_seq"]),
+        metadata=_plain_object(data["metadata"]),
+    )
+
+
 def run_to_json(run: Run) -> bytes:
-    return canonical_json(run_to_dict(run))
+    document = _plain_run_document(run)
+    if document is None:
+        return canonical_json(run_to_dict(run))
+    data, orjson_ok = document
+    if orjson_ok:
+        try:
+            return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # e.g. a lone surrogate: the json module decides, as canonical_json
+            pass
+    return canonical_json_of_checked(data)
+
+
+def _plain_run_document(run: Run) -> tuple[dict[str, Any], bool] | None:
+    """``run_to_dict(run)`` for the common shape, with the encoder canonical_json would
+    pick for it, or ``None`` to leave the run to the general path.
+
+    canonical_json walks the whole document; here the members this function builds are
+    checked by exact type as they are built, and only the durable values (input, output,
+    metadata, channel values) are walked, each at the depth it sits at in the document.
+    Runs with a superstep in flight, interrupts, a failure or any value of unusual make
+    take the general path.
+    """
+    if (
+        run.__class__ is not Run
+        or run.active_tasks.__class__ is not dict
+        or run.active_tasks
+        or run.pending_writes.__class__ is not tuple
+        or run.pending_writes
+        or run.interrupts.__class__ is not dict
+        or run.interrupts
+        or run.timers.__class__ is not dict
+        or run.timers
+        or run.failure is not None
+        or run.status.__class__ is not RunStatus
+        or run.channels.__class__ is not dict
+    ):
+        return None
+    try:
+        verdicts = [
+            encoder_for(run.input, 1) if run.input.__class__ is dict else None,
+            encoder_for(run.metadata, 1) if run.metadata.__class__ is dict else None,
+            True if run.output is None else encoder_for(run.output, 1),
+        ]
+        if run.output.__class__ not in (dict, type(None)):
+            return None
+        channels: dict[str, Any] = {}
+        for key, channel in run.channels.items():
+            if (
+                key.__class__ is not str
+                or key[:1] == "$"
+                or channel.__class__ is not ChannelState
+                or channel.channel_id.__class__ is not str
+                or channel.barrier_seen.__class__ is not tuple
+            ):
+                return None
+            value = channel.value
+            version = channel.version
+            if value.__class__ not in _TEXT_LEAVES:  # None, bool and str need no walk
+                verdicts.append(encoder_for(value, 3))
+            if version.__class__ is not int or not 0 <= version <= MAX_COUNTER:
+                return None
+            seen = channel.barrier_seen
+            channels[key] = {
+                "channel_id": channel.channel_id,
+                "value": value,
+                "version": version,
+                "barrier_seen": _plain_list(seen) if seen else [],
+            }
+        if not (
+            run.id.__class__ is str
+            and run.graph_id.__class__ is str
+            and run.graph_hash.__class__ is str
+            and run.changed_channels.__class__ is frozenset
+            and run.pending_nodes.__class__ is frozenset
+        ):
+            return None
+        finished = run.finished_at
+        data: dict[str, Any] = {
+            "id": run.id,
+            "graph_id": run.graph_id,
+            "graph_hash": run.graph_hash,
+            "status": run.status,
+            "started_at": format_timestamp(run.started_at),
+            "updated_at": format_timestamp(run.updated_at),
+            "input": run.input,
+            "output": run.output,
+            "failure": None,
+            "finished_at": None if finished is None else format_timestamp(finished),
+            "step": run.step,
+            "channels": channels,
+            "changed_channels": _plain_list(sorted(run.changed_channels)),
+            "pending_nodes": _plain_list(sorted(run.pending_nodes)),
+            "active_tasks": {},
+            "pending_writes": [],
+            "interrupts": {},
+            "timers": {},
+            "checkpoint_seq": run.checkpoint_seq,
+            "event_seq": run.event_seq,
+            "metadata": run.metadata,
+        }
+        verdicts += [_plain_counter(run.step), _plain_counter(run.checkpoint_seq)]
+        verdicts.append(_plain_counter(run.event_seq))
+    except Exception:  # e.g. a naive timestamp, or junk where a record belongs
+        return None
+    if None in verdicts:
+        return None
+    return data, all(verdicts)
+
+
+_TEXT_LEAVES: Final = frozenset({str, bool, type(None)})
+
+
+def _plain_counter(value: object) -> bool | None:
+    """A counter the document can carry as is: exact int (orjson takes 64-bit ones)."""
+    return encoder_for(value) if value.__class__ is int else None
+
+
+def _plain_list(texts: Sequence[object]) -> list[str]:
+    """``list(texts)``, refusing anything but exact ``str`` items (raises TypeError)."""
+    out = list(texts)
+    for text in out:
+        if text.__class__ is not str:
+            raise TypeError("not an exact str")
+    return cast(list[str], out)
 
 
 def run_from_json(data: bytes | str) -> Run:
@@ -599,6 +841,122 @@ def event_content(event: Event) -> bytes:
             "timestamp_us": to_micros(event.timestamp),
         }
     )
+
+
+def _text_json(value: Any) -> bytes:
+    """Canonical JSON of an exact ``str`` or ``None``; anything else raises TypeError."""
+    if value is None:
+        return b"null"
+    if value.__class__ is not str:
+        raise TypeError("not an exact str")
+    return orjson.dumps(value)  # TypeError on a lone surrogate, like any odd text
+
+
+_EVENT_TYPE_JSON: Final = {t: orjson.dumps(t.value) for t in EventType}
+
+
+def event_encodings(event: Event) -> tuple[bytes, bytes, int]:
+    """``(event_to_json(event), event_content(event), size)`` in one pass, where ``size``
+    is ``len(canonical_json(payload)) + len(canonical_json(metadata))``.
+
+    Canonical JSON of an object is its sorted members' canonical pieces joined, so the
+    payload and metadata are encoded once and spliced into both documents. Events of
+    unusual make (subclassed values, text no encoder takes) take the general functions,
+    which also raise exactly as they always have.
+    """
+    try:
+        return _spliced(event, canonical_json(event.payload), canonical_json(event.metadata))
+    except Exception:  # the general encoders raise (or not) exactly as they always have
+        content = event_content(event)
+        size = len(canonical_json(event.payload)) + len(canonical_json(event.metadata))
+        return event_to_json(event), content, size
+
+
+def checked_event_encodings(
+    event: object, run_id: str
+) -> list[str] | tuple[bytes, bytes, int] | None:
+    """``event_problems(event, run_id)`` when there are any; else ``event_encodings(event)``
+    or, when that could fail (odd text), ``None``: the caller encodes, and words the error.
+
+    For the usual event (exact types, a UTC timestamp, plainly durable payload and
+    metadata) one walk of the payload and the metadata both proves them durable and picks
+    their encoder; anything else goes through event_problems.
+    """
+    if isinstance(event, Event) and event.__class__ is Event and run_id.__class__ is str:
+        item = event
+        seq, step = item.seq, item.step
+        if (
+            run_id
+            and item.run_id == run_id
+            and item.run_id.__class__ is str
+            and seq.__class__ is int
+            and 1 <= seq <= MAX_COUNTER
+            and step.__class__ is int
+            and 0 <= step <= MAX_COUNTER
+            and item.type.__class__ is EventType
+            and item.timestamp.__class__ is datetime
+            and item.timestamp.tzinfo is UTC
+            and _plain_optional_id(item.node_id)
+            and _plain_optional_id(item.channel_id)
+            and _plain_optional_id(item.task_id)
+            and item.payload.__class__ is dict
+            and item.metadata.__class__ is dict
+        ):
+            # Strictly durable (no $guard), exactly as event_problems requires.
+            payload_ok = encoder_for(item.payload, allow_guard_tag=False)
+            metadata_ok = encoder_for(item.metadata, allow_guard_tag=False)
+            if payload_ok is not None and metadata_ok is not None:
+                try:
+                    return _spliced(
+                        item,
+                        canonical_json_as(item.payload, payload_ok),
+                        canonical_json_as(item.metadata, metadata_ok),
+                    )
+                except Exception:
+                    return None  # odd text: event_encodings raises as it always has
+    return event_problems(event, run_id) or None
+
+
+def _plain_optional_id(value: object) -> bool:
+    return value is None or (value.__class__ is str and value != "")
+
+
+def _spliced(event: Event, payload: bytes, metadata: bytes) -> tuple[bytes, bytes, int]:
+    """The stored JSON and the content of ``event`` around its encoded payload and
+    metadata; raises (TypeError, ValueError, ...) for anything but the usual make."""
+    moment = event.timestamp
+    kind = _EVENT_TYPE_JSON[event.type]
+    if event.type.__class__ is not EventType or moment.__class__ is not datetime:
+        raise TypeError("not an exact event type or datetime")
+    head = b"".join(
+        (
+            b'{"channel_id":',
+            _text_json(event.channel_id),
+            b',"metadata":',
+            metadata,
+            b',"node_id":',
+            _text_json(event.node_id),
+            b',"payload":',
+            payload,
+        )
+    )
+    step = b',"step":%d,"task_id":' % _plain_int(event.step) + _text_json(event.task_id)
+    document = b"".join(
+        (
+            head,
+            b',"run_id":',
+            _text_json(event.run_id),
+            b',"seq":%d' % _plain_int(event.seq),
+            step,
+            b',"timestamp":"',
+            format_timestamp(moment).encode(),
+            b'","type":',
+            kind,
+            b"}",
+        )
+    )
+    content = b"".join((head, step, b',"timestamp_us":%d,"type":' % to_micros(moment), kind, b"}"))
+    return document, content, len(payload) + len(metadata)
 
 
 # -- identity formulas ---------------------------------------------------------------------
@@ -771,9 +1129,13 @@ def _check_collections(run: Run, out: list[str]) -> None:
             elif not _is_int(channel.version):
                 out.append(f"channels.{key}: version must be a non-negative integer")
             else:
-                out.extend(durable_errors(channel.value, f"channels.{key}.value"))
+                if channel.value.__class__ not in _SCALARS:  # exact scalars are durable
+                    out.extend(durable_errors(channel.value, f"channels.{key}.value"))
                 seen = channel.barrier_seen
-                if not isinstance(seen, tuple) or list(seen) != sorted(set(seen)):
+                # An exact empty tuple is trivially sorted and unique: skip the copies.
+                if not isinstance(seen, tuple) or (
+                    (seen.__class__ is not tuple or seen) and list(seen) != sorted(set(seen))
+                ):
                     out.append(f"channels.{key}: barrier_seen must be sorted and unique")
     for name in ("changed_channels", "pending_nodes"):
         value = getattr(run, name)
@@ -844,7 +1206,13 @@ def event_problems(event: object, run_id: str | None = None) -> list[str]:
     if not isinstance(event, Event):
         return [f"event: expected an Event, got {type(event).__name__}"]
     out: list[str] = []
-    where = f"event[{shown(event.seq)}]"
+    seq = event.seq
+    # shown() is reprlib, slow per event; an ordinary int reads the same either way.
+    where = (
+        f"event[{seq}]"
+        if seq.__class__ is int and -MAX_COUNTER <= seq <= MAX_COUNTER
+        else (f"event[{shown(seq)}]")
+    )
     if not _is_str(event.run_id):
         out.append(f"{where}.run_id: must be a non-empty string")
     elif run_id is not None and event.run_id != run_id:
@@ -901,8 +1269,10 @@ __all__ = [
     "Tenantless",
     "TimerState",
     "WriteKind",
+    "checked_event_encodings",
     "converter",
     "event_content",
+    "event_encodings",
     "event_from_dict",
     "event_from_json",
     "event_problems",

@@ -39,10 +39,12 @@ __all__ = [
     "JSONValue",
     "NonDurableValue",
     "canonical_json",
+    "canonical_json_as",
     "canonical_json_of_checked",
     "coerce_durable",
     "content_hash",
     "durable_errors",
+    "encoder_for",
     "ensure_durable",
     "from_micros",
     "is_durable",
@@ -87,17 +89,35 @@ def _durable_kind(value: Any, allow_guard: bool, depth: int = 0) -> int:
 
     The common case is decided here; ``_NOT_PLAIN`` (a bad value, or an odd type such as
     a dict subclass or a str-subclass key) leaves the verdict and reasons to :func:`_walk`.
+    Containers first (they are what a walk meets most), and empty ones are settled without
+    a call.
     """
     cls = type(value)
+    if cls is dict:
+        if depth >= MAX_DEPTH:
+            return _NOT_PLAIN  # _walk says why
+        kind = _ORJSON_SAFE
+        for key, item in value.items():
+            if type(key) is not str:
+                return _NOT_PLAIN
+            if key[:1] == "$" and not (allow_guard and key == GUARD_TAG):
+                return _NOT_PLAIN
+            item_cls = type(item)
+            if item_cls in _SAFE_LEAVES:
+                continue
+            if (item_cls is dict or item_cls is list) and not item and depth < MAX_DEPTH - 1:
+                continue
+            found = _durable_kind(item, allow_guard, depth + 1)
+            if found == _NOT_PLAIN:
+                return _NOT_PLAIN
+            if found == _DURABLE:
+                kind = _DURABLE
+        return kind
     if cls in _SAFE_LEAVES:
         return _ORJSON_SAFE
-    if cls is int:
-        return _ORJSON_SAFE if _INT_MIN <= value <= _UINT_MAX else _DURABLE
-    if cls is float:
-        return _DURABLE if math.isfinite(value) else _NOT_PLAIN
-    if depth >= MAX_DEPTH and (cls is list or cls is dict):
-        return _NOT_PLAIN  # _walk says why
     if cls is list:
+        if depth >= MAX_DEPTH:
+            return _NOT_PLAIN
         kind = _ORJSON_SAFE
         for item in value:
             if type(item) in _SAFE_LEAVES:
@@ -108,25 +128,37 @@ def _durable_kind(value: Any, allow_guard: bool, depth: int = 0) -> int:
             if found == _DURABLE:
                 kind = _DURABLE
         return kind
-    if cls is dict:
-        kind = _ORJSON_SAFE
-        for key, item in value.items():
-            if type(key) is not str:
-                return _NOT_PLAIN
-            if key.startswith("$") and not (allow_guard and key == GUARD_TAG):
-                return _NOT_PLAIN
-            if type(item) in _SAFE_LEAVES:
-                continue
-            found = _durable_kind(item, allow_guard, depth + 1)
-            if found == _NOT_PLAIN:
-                return _NOT_PLAIN
-            if found == _DURABLE:
-                kind = _DURABLE
-        return kind
+    if cls is int:
+        return _ORJSON_SAFE if _INT_MIN <= value <= _UINT_MAX else _DURABLE
+    if cls is float:
+        return _DURABLE if math.isfinite(value) else _NOT_PLAIN
     if isinstance(value, enum.StrEnum):  # a str whose text is its value, for both encoders
         return _ORJSON_SAFE
     # Other subclasses of str and int are durable leaves too, as in _walk.
     return _DURABLE if isinstance(value, str | int) else _NOT_PLAIN
+
+
+def encoder_for(value: object, depth: int = 0, *, allow_guard_tag: bool = True) -> bool | None:
+    """What :func:`canonical_json` would decide for ``value`` met ``depth`` levels inside a
+    document: ``True`` orjson gives the canonical bytes, ``False`` durable but the json
+    module must encode it, ``None`` not plainly durable there (let canonical_json say why).
+
+    For encoders that assemble a document from parts whose other members they have
+    checked themselves, so the parts are not walked a second time.
+    """
+    kind = _durable_kind(value, allow_guard_tag, depth)
+    return None if kind == _NOT_PLAIN else kind == _ORJSON_SAFE
+
+
+def canonical_json_as(value: object, orjson_ok: bool) -> bytes:
+    """:func:`canonical_json` of a value :func:`encoder_for` found durable (``orjson_ok``
+    is its answer): the same bytes and errors, without classifying the value again."""
+    if orjson_ok:
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # e.g. a lone surrogate: json decides, as in canonical_json
+            pass
+    return canonical_json_of_checked(value)
 
 
 #: Exact types that are always durable leaves (subclasses take the full checks below).
@@ -262,6 +294,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def utc(moment: datetime) -> datetime:
     """Normalise an aware datetime to UTC; naive datetimes are refused (ambiguous)."""
+    if moment.__class__ is datetime and moment.tzinfo is UTC:
+        return moment  # already normalised (astimezone would return an equal copy)
     if not isinstance(moment, datetime):
         raise TypeError(f"expected a datetime, got {type(moment).__name__}")
     if moment.tzinfo is None or moment.utcoffset() is None:

@@ -54,9 +54,8 @@ from docket.records import (
     OwnerScope,
     Run,
     RunStatus,
-    event_content,
-    event_problems,
-    event_to_json,
+    checked_event_encodings,
+    event_encodings,
     format_timestamp,
     require_owner,
     run_problems,
@@ -205,35 +204,42 @@ def _finish(
     run: Run,
     events: Sequence[object],
     limits: Limits,
+    *,
+    checkpoint_type: CheckpointType,
+    expected_checkpoint_seq: int | None = None,
+    claim_token: str | None = None,
+    schedule: Schedule | None = None,
+    wake_at: datetime | None = None,
 ) -> ValidTransition | InvalidTransition | EventConflict | TooLarge:
-    """Event identity, then limits, then the canonical bytes and the digest."""
+    """Event identity, then limits, then the canonical bytes and the digest; the keyword
+    arguments are the checked proposal fields the result carries."""
     oversized = _oversized_id(limits, transition_id, run.id, run.graph_id, run.graph_hash)
     if oversized is not None:
         return oversized
     if len(events) > limits.max_events_per_transition:
         return TooLarge("max_events_per_transition", len(events), limits.max_events_per_transition)
-    by_seq: dict[int, tuple[Event, bytes]] = {}
+    by_seq: dict[int, tuple[Event, bytes, bytes]] = {}
     for item in events:
-        problems = event_problems(item, run.id)
-        if problems:
-            return InvalidTransition(tuple(problems))
+        # The event's checks and, usually, its encodings in one go: one encoding of
+        # payload and metadata gives the stored JSON, the content and the size.
+        checked = checked_event_encodings(item, run.id)
+        if isinstance(checked, list):
+            return InvalidTransition(tuple(checked))
         assert isinstance(item, Event)
         if item.seq > run.event_seq:
             return _invalid(f"event[{item.seq}]: seq is past the run's event_seq {run.event_seq}")
-        try:
-            content = event_content(item)
-            # event_problems checked payload and metadata (strictly: no $guard), so this
-            # cannot refuse them; canonical_json's orjson path beats the json module on the
-            # usual small payloads by several times, a quick walk included.
-            size = len(canonical_json(item.payload)) + len(canonical_json(item.metadata))
-        except ValueError as exc:  # e.g. a lone surrogate: durable in shape, not encodable
-            return _invalid(f"event[{item.seq}]: cannot be encoded ({exc})")
+        if checked is None:
+            try:
+                checked = event_encodings(item)
+            except ValueError as exc:  # e.g. a lone surrogate: durable in shape, not encodable
+                return _invalid(f"event[{item.seq}]: cannot be encoded ({exc})")
+        stored, content, size = checked
         if size > limits.max_event_bytes:
             return TooLarge("max_event_bytes", size, limits.max_event_bytes)
         seen = by_seq.get(item.seq)
-        if seen is not None and seen[1] != content:
+        if seen is not None and seen[2] != content:
             return EventConflict(item.seq)
-        by_seq[item.seq] = (item, content)
+        by_seq[item.seq] = (item, stored, content)
     try:
         run_json = run_to_json(run)
     except (NonDurableValue, ValueError, TypeError) as exc:  # belt and braces after validation
@@ -241,20 +247,24 @@ def _finish(
     if len(run_json) > limits.max_run_bytes:
         return TooLarge("max_run_bytes", len(run_json), limits.max_run_bytes)
     ordered = [by_seq[seq] for seq in sorted(by_seq)]
-    contents = tuple(content for _, content in ordered)
-    event_digests: list[JSONValue] = [[e.seq, sha256_hex(c)] for e, c in ordered]
+    contents = tuple(content for _, _, content in ordered)
+    event_digests: list[JSONValue] = [[e.seq, sha256_hex(c)] for e, _, c in ordered]
     digest = content_hash(
         {"kind": kind, "header": header, "run": sha256_hex(run_json), "events": event_digests}
     )
     return ValidTransition(
         run=run,
         run_json=run_json,
-        events=tuple(e for e, _ in ordered),
-        event_json=tuple(event_to_json(e) for e, _ in ordered),
+        events=tuple(e for e, _, _ in ordered),
+        event_json=tuple(stored for _, stored, _ in ordered),
         event_contents=contents,
         digest=digest,
         transition_id=transition_id,
-        checkpoint_type=CheckpointType.RUN_INITIALIZED,
+        checkpoint_type=checkpoint_type,
+        expected_checkpoint_seq=expected_checkpoint_seq,
+        claim_token=claim_token,
+        schedule=schedule,
+        wake_at=wake_at,
     )
 
 
@@ -293,12 +303,14 @@ def validate_initialize(
         run,
         events,
         limits,
+        checkpoint_type=CheckpointType.RUN_INITIALIZED,
+        wake_at=proposal.wake_at,
     )
     if not isinstance(result, ValidTransition):
         return result
     if seqs != list(range(1, run.event_seq + 1)):
         return _invalid(f"events: a new run publishes seqs 1..{run.event_seq} exactly, got {seqs}")
-    return attrs.evolve(result, wake_at=proposal.wake_at)
+    return result
 
 
 def validate_commit_claimed(
@@ -331,11 +343,13 @@ def validate_commit_claimed(
         str(proposal.checkpoint_type),
         _schedule_doc(proposal.schedule),
     ]
-    result = _finish("commit_claimed", proposal.transition_id, header, run, events, limits)
-    if not isinstance(result, ValidTransition):
-        return result
-    return attrs.evolve(
-        result,
+    return _finish(
+        "commit_claimed",
+        proposal.transition_id,
+        header,
+        run,
+        events,
+        limits,
         checkpoint_type=proposal.checkpoint_type,
         expected_checkpoint_seq=expected,
         claim_token=proposal.claim_token,
@@ -380,12 +394,14 @@ def validate_commit_unclaimed(
         str(proposal.checkpoint_type),
         _schedule_doc(proposal.schedule),
     ]
-    result = _finish("commit_unclaimed", proposal.transition_id, header, run, events, limits)
-    if not isinstance(result, ValidTransition):
-        return result
     assert isinstance(expected, int)  # checked above
-    return attrs.evolve(
-        result,
+    return _finish(
+        "commit_unclaimed",
+        proposal.transition_id,
+        header,
+        run,
+        events,
+        limits,
         checkpoint_type=proposal.checkpoint_type,
         expected_checkpoint_seq=expected,
         schedule=proposal.schedule,

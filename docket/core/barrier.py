@@ -21,8 +21,9 @@ The run is ``waiting`` afterwards exactly when nothing can run and an interrupt 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import attrs
 
@@ -32,12 +33,12 @@ from docket.core.finish import AttemptFailure, error_failure, failure_moment, su
 from docket.core.interrupts import duplicate_ids, request_problems
 from docket.core.moment import Continue, Disposition, Entry, Moment, Park, ParkReason, propose
 from docket.core.outcomes import format_reason
-from docket.core.plan import candidates, open_interrupt_ids
+from docket.core.plan import candidates_of, open_ids_of
 from docket.core.state import committed_fields, guard_view
 from docket.graph.compiler import ChannelKind, RuntimeEdge, RuntimeGraph
 from docket.graph.guards import GuardEvalError, evaluate
 from docket.graph.model import FINISH
-from docket.graph.reducers import StepRejected, commit_step
+from docket.graph.reducers import FieldRule, StepRejected, commit_step
 from docket.records import (
     ChannelState,
     CheckpointType,
@@ -71,8 +72,14 @@ def commit_barrier(
     writes: Sequence[PendingWrite],
     now: datetime,
     ids: IdGenerator,
+    *,
+    fields: Mapping[str, FieldRule] | None = None,
+    inputs: tuple[str, ...] | None = None,
 ) -> Moment:
-    """Commit the superstep whose results are ``writes`` (one per node, any order)."""
+    """Commit the superstep whose results are ``writes`` (one per node, any order).
+
+    ``fields``/``inputs`` are ``rtg.field_rules()``/``rtg.input_ids`` when the caller
+    already has them (both are rebuilt on every call)."""
     ordered = sorted(writes, key=lambda w: w.node_id)
     strangers = sorted({w.node_id for w in ordered if w.node_id not in rtg.nodes})
     if strangers:
@@ -86,7 +93,7 @@ def commit_barrier(
     requests = [w for w in ordered if w.kind is WriteKind.INTERRUPT]
 
     errors: dict[str, str] = {}
-    twice = duplicate_ids(w.value for w in requests)
+    twice = duplicate_ids([w.value for w in requests])
     for write in requests:
         problems = request_problems(rtg, run, write.node_id, write.value)
         ident = write.value.get("id")
@@ -94,8 +101,11 @@ def commit_barrier(
             problems.append(f"interrupt id {ident!r} is requested twice in one superstep")
         if problems:
             errors[write.node_id] = format_reason("invalid_interrupt", "; ".join(problems))
-    fields = rtg.field_rules()
-    step = commit_step(fields, rtg.input_ids, committed_fields(rtg, run.channels), updates)
+    if fields is None:
+        fields = rtg.field_rules()
+    if inputs is None:
+        inputs = rtg.input_ids
+    step = commit_step(fields, inputs, committed_fields(rtg, run.channels), updates)
     if isinstance(step, StepRejected):
         for node_id, reasons in step.errors.items():
             errors[node_id] = format_reason("invalid_state_update", "; ".join(reasons))
@@ -133,7 +143,12 @@ def commit_barrier(
             continue
         state = channels.get(channel_id)
         if state is not None and state.value is not None:
-            channels[channel_id] = attrs.evolve(state, value=None)
+            channels[channel_id] = ChannelState(
+                channel_id=state.channel_id,
+                value=None,
+                version=state.version,
+                barrier_seen=state.barrier_seen,
+            )
 
     completed = set(updates)
     outgoing = sorted({e for n in completed for e in rtg.nodes[n].outgoing_edges})
@@ -150,11 +165,17 @@ def commit_barrier(
                 continue
         eligible.append(edge)
 
-    view = guard_view(rtg, channels, step.changed)
+    # Most edges carry no guard: build the state a guard reads only when one does.
+    view = (
+        guard_view(rtg, channels, step.changed)
+        if any(e.guard is not None for e in eligible)
+        else None
+    )
     fired: list[RuntimeEdge] = []
     finished: list[RuntimeEdge] = []
     for edge in eligible:
         if edge.guard is not None:
+            assert view is not None  # built above for any guarded edge
             verdict = evaluate(edge.guard, view)
             if isinstance(verdict, GuardEvalError):
                 failure = Failure(
@@ -168,8 +189,17 @@ def commit_barrier(
         if edge.target == FINISH:
             finished.append(edge)
             continue
-        state = channels.get(edge.channel_id) or ChannelState(channel_id=edge.channel_id)
-        channels[edge.channel_id] = attrs.evolve(state, value=True, version=state.version + 1)
+        state = channels.get(edge.channel_id)
+        channels[edge.channel_id] = (
+            ChannelState(channel_id=edge.channel_id, value=True, version=1)
+            if state is None
+            else ChannelState(
+                channel_id=state.channel_id,
+                value=True,
+                version=state.version + 1,
+                barrier_seen=state.barrier_seen,
+            )
+        )
         fired.append(edge)
 
     interrupts = dict(run.interrupts)
@@ -198,22 +228,24 @@ def commit_barrier(
 
     changed = {f"state:{f}" for f in step.changed} | {e.channel_id for e in fired} | kept
     interrupting = {w.node_id for w in requests}
-    proposed = attrs.evolve(
-        run,
-        channels=channels,
-        changed_channels=frozenset(changed),
-        pending_nodes=frozenset((run.pending_nodes - completed) | interrupting),
-        interrupts=interrupts,
-        active_tasks={},
-        pending_writes=(),
-        timers={},
-        step=run.step + 1,
-        updated_at=now,
-        status=RunStatus.RUNNING,
+    changed_channels = frozenset(changed)
+    pending_nodes = frozenset((run.pending_nodes - completed) | interrupting)
+    # The next run is built once, by propose; whether it waits depends only on these.
+    waiting = bool(open_ids_of(interrupts)) and not candidates_of(
+        rtg, interrupts, changed_channels, pending_nodes
     )
-    waiting = not candidates(rtg, proposed) and bool(open_interrupt_ids(proposed))
-    if waiting:
-        proposed = attrs.evolve(proposed, status=RunStatus.WAITING)
+    proposed: dict[str, Any] = {
+        "channels": channels,
+        "changed_channels": changed_channels,
+        "pending_nodes": pending_nodes,
+        "interrupts": interrupts,
+        "active_tasks": {},
+        "pending_writes": (),
+        "timers": {},
+        "step": run.step + 1,
+        "updated_at": now,
+        "status": RunStatus.WAITING if waiting else RunStatus.RUNNING,
+    }
 
     entries: list[Entry] = []
     for write in ordered:
@@ -257,7 +289,7 @@ def commit_barrier(
     disposition: Disposition = (
         Park(External(), ParkReason.AWAITING_INTERRUPTS) if waiting else Continue()
     )
-    return propose(proposed, checkpoint, entries, disposition, now)
+    return propose(run, checkpoint, entries, disposition, now, changes=proposed)
 
 
 def edge_entry(edge: RuntimeEdge, step: int) -> Entry:

@@ -9,7 +9,7 @@ re-validated like any other).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 
 from docket.graph.compiler import ChannelKind, RuntimeGraph
 from docket.graph.nodes import Interrupt
@@ -85,5 +85,7 @@ def request_from_interrupt(
 
 def duplicate_ids(requests: Iterable[JSONDict]) -> set[str]:
     """Explicit ids that more than one request of one superstep uses."""
+    if isinstance(requests, Sized) and len(requests) < 2:
+        return set()  # the usual case, without building a Counter
     counts = Counter(r.get("id") for r in requests)
     return {i for i, n in counts.items() if isinstance(i, str) and n > 1}

@@ -13,10 +13,10 @@ Computing a moment writes nothing and calls nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import attrs
 
@@ -267,14 +267,19 @@ def propose(
     now: datetime,
     *,
     new_writes: Sequence[PendingWrite] = (),
+    changes: Mapping[str, Any] | None = None,
 ) -> Moment:
     """Seal a proposed run into a moment.
 
     Advances ``checkpoint_seq`` by one, gives the runtime entries the sequences after the
     run's ``event_seq`` (all stamped ``now``), builds the envelope, appends the one
     ``checkpoint_committed`` event (step = the proposed step, metadata = the envelope) and
-    sets ``event_seq`` to its sequence.
+    sets ``event_seq`` to its sequence. ``changes`` are further fields of the proposed run
+    (as ``attrs.evolve`` takes them), for a caller that would otherwise copy the run twice;
+    they may not touch ``id``, ``checkpoint_seq`` or ``event_seq``.
     """
+    if changes and not changes.keys().isdisjoint(("id", "checkpoint_seq", "event_seq")):
+        raise ValueError("propose assigns the sequences itself; changes may not set them")
     first = run.event_seq + 1
     events = [
         Event(
@@ -291,7 +296,9 @@ def propose(
         for index, entry in enumerate(entries)
     ]
     last = first + len(events)
-    sealed = attrs.evolve(run, checkpoint_seq=run.checkpoint_seq + 1, event_seq=last)
+    sealed = attrs.evolve(
+        run, **(changes or {}), checkpoint_seq=run.checkpoint_seq + 1, event_seq=last
+    )
     metadata = envelope(sealed, checkpoint_type, disposition, events, new_writes)
     events.append(
         Event(

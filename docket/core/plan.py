@@ -9,7 +9,7 @@ activations, which is what makes a crashed superstep replayable.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Final, TypeAlias
 
@@ -20,6 +20,7 @@ from docket.core.state import snapshot, source_versions
 from docket.graph.compiler import RuntimeGraph, RuntimeNode
 from docket.graph.nodes import NodePolicies, RetryPolicy
 from docket.records import (
+    InterruptState,
     InterruptStatus,
     Run,
     TaskFailure,
@@ -40,9 +41,11 @@ __all__ = [
     "Quiescent",
     "Runnable",
     "candidates",
+    "candidates_of",
     "check_execution_policy",
     "fresh_activations",
     "node_policy",
+    "open_ids_of",
     "open_interrupt_ids",
     "plan",
     "resumed_activations",
@@ -145,22 +148,35 @@ PlanResult: TypeAlias = Quiescent | Blocked | OverLimit | Runnable
 
 
 def open_interrupt_ids(run: Run) -> tuple[str, ...]:
-    return tuple(sorted(i.id for i in run.interrupts.values() if i.status is InterruptStatus.OPEN))
+    return open_ids_of(run.interrupts)
+
+
+def open_ids_of(interrupts: Mapping[str, InterruptState]) -> tuple[str, ...]:
+    """:func:`open_interrupt_ids` of a run whose interrupts are ``interrupts``."""
+    return tuple(sorted(i.id for i in interrupts.values() if i.status is InterruptStatus.OPEN))
 
 
 def candidates(rtg: RuntimeGraph, run: Run) -> tuple[str, ...]:
     """Nodes to run next, sorted: not paused on an open interrupt, and either waiting to
     re-run after a resolution (``pending_nodes``) or subscribed to a changed channel."""
-    paused = {i.node_id for i in run.interrupts.values() if i.status is InterruptStatus.OPEN}
-    changed = run.changed_channels
+    return candidates_of(rtg, run.interrupts, run.changed_channels, run.pending_nodes)
+
+
+def candidates_of(
+    rtg: RuntimeGraph,
+    interrupts: Mapping[str, InterruptState],
+    changed: frozenset[str],
+    pending: frozenset[str],
+) -> tuple[str, ...]:
+    """:func:`candidates` of a run with these interrupts, changed channels and pending
+    nodes (for a caller that has not built that run yet)."""
+    paused = {i.node_id for i in interrupts.values() if i.status is InterruptStatus.OPEN}
+    nodes = rtg.nodes
     return tuple(
         node_id
-        for node_id in sorted(rtg.nodes)
+        for node_id in sorted(nodes)
         if node_id not in paused
-        and (
-            node_id in run.pending_nodes
-            or any(channel in changed for channel in rtg.nodes[node_id].subscribe)
-        )
+        and (node_id in pending or not changed.isdisjoint(nodes[node_id].subscribe))
     )
 
 

@@ -120,7 +120,7 @@ def settle(
                     permanent.append(failure(activation, reason))
 
     requests = [w for w in (*run.pending_writes, *writes) if w.kind is WriteKind.INTERRUPT]
-    twice = duplicate_ids(w.value for w in requests)
+    twice = duplicate_ids([w.value for w in requests])
     if twice:
         for pending in [w for w in writes if w.kind is WriteKind.INTERRUPT]:
             ident = pending.value.get("id")
@@ -144,7 +144,9 @@ def settle(
     dispatched = {a.task_id for a in activations}
     if retried or any(t not in dispatched for t in run.active_tasks):
         return _retry_park(run, dispatched, writes, retried, now)
-    return commit_barrier(rtg, run, [*run.pending_writes, *writes], now, ids)
+    return commit_barrier(
+        rtg, run, [*run.pending_writes, *writes], now, ids, fields=fields, inputs=inputs
+    )
 
 
 def _retry_park(
