@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from docket_sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
 
 from docket import SyncDocket
 from docket.graph.wire import to_json
@@ -58,9 +59,9 @@ def test_backends_migrate_and_sql(database: tuple[Path, dict[str, str]]) -> None
     assert not db.exists()  # printing the DDL touches nothing
     first = docket_cli("migrate", env=env)
     assert first.returncode == 0, first.stderr
-    assert "from version none to 1" in first.stdout
+    assert f"from version none to {SQLITE_SCHEMA}" in first.stdout
     again = docket_cli("migrate", "--json", env=env)
-    assert json.loads(again.stdout) == {"from_version": 1, "to_version": 1}
+    assert json.loads(again.stdout) == {"from_version": SQLITE_SCHEMA, "to_version": SQLITE_SCHEMA}
 
     nothing = docket_cli("runs", "list")
     assert nothing.returncode == 2 and "no backend" in nothing.stderr

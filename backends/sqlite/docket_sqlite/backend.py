@@ -20,6 +20,9 @@ How it is put together:
   ``check_identity``, the fences, ``split_events`` and ``compare_event`` in the
   normative order; any failure rolls back, so nothing is written. Claims choose with
   ``select_claims`` over candidates read from the partial indexes.
+* **Long documents in pieces.** A run document is stored in fixed-size pieces (see
+  ``schema.RUN_PIECE_BYTES``) and a commit rewrites only the pieces whose bytes
+  changed, so appending to a long list field costs about one piece, not the document.
 * **One clock.** ``clock`` (default: the host clock, which every process on the
   machine shares) stamps every operational time; explicit ``now`` arguments win, as
   the contract says, for tests and simulations.
@@ -122,6 +125,7 @@ from docket.records import (
     GraphVersion,
     GraphVersionPage,
     OwnerScope,
+    RecordDecodeError,
     Run,
     RunInfo,
     RunPage,
@@ -140,6 +144,7 @@ from docket.values import JSONDict, from_micros, sha256_hex, to_micros, utc
 from docket_sqlite.errors import PermanentStoreError, SchemaTooNew, StoreError, store_error
 from docket_sqlite.schema import (
     DEFAULT_BUSY_TIMEOUT,
+    RUN_PIECE_BYTES,
     SCHEMA_VERSION,
     SYNCHRONOUS_MODES,
     connect,
@@ -161,7 +166,7 @@ _SUMMARY_COLUMNS = (
     "started_at_us, updated_at_us, finished_at_us"
 )
 _INFO_COLUMNS = (
-    "tenant, run_json, wake_at_us, claimed_at_us, claim_attempts, claim_abandons, "
+    "tenant, run_json, run_parts, wake_at_us, claimed_at_us, claim_attempts, claim_abandons, "
     "poisoned_at_us, poison_reason, latest_checkpoint_type"
 )
 _READY_SQL = (
@@ -274,13 +279,16 @@ def _hub_for(target: Target) -> _Hub:
 # -- threads and connections ----------------------------------------------------------------------
 
 
-@attrs.define
+@attrs.define(eq=False)  # compared by identity: withdraw() removes this very entry
 class _PendingWrite:
     """A write job waiting for the writer thread, and where its answer goes."""
 
     job: Callable[[sqlite3.Connection], _Done[Any]]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+
+
+Batch = list[_PendingWrite]
 
 
 def _answer(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
@@ -297,6 +305,25 @@ def _deliver(entry: _PendingWrite, value: Any, error: BaseException | None = Non
         entry.loop.call_soon_threadsafe(_answer, entry.future, value, error)
 
 
+Answer = tuple[asyncio.Future[Any], Any, BaseException | None]
+
+
+def _answer_all(answers: list[Answer]) -> None:
+    for future, value, error in answers:
+        _answer(future, value, error)
+
+
+def _deliver_all(answers: Sequence[tuple[_PendingWrite, Any, BaseException | None]]) -> None:
+    """Answer a batch: one wake-up of each event loop for all of its writes, not one per
+    write (each ``call_soon_threadsafe`` writes to the loop's self-pipe)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Answer]] = {}
+    for entry, value, error in answers:
+        by_loop.setdefault(entry.loop, []).append((entry.future, value, error))
+    for loop, answered in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+            loop.call_soon_threadsafe(_answer_all, answered)
+
+
 class _Worker:
     """One thread and the one connection it owns (opened lazily, on that thread).
 
@@ -310,11 +337,7 @@ class _Worker:
         self._conn: sqlite3.Connection | None = None
         self.pending: list[_PendingWrite] = []
         self.pending_lock = threading.Lock()
-
-    def take_pending(self, limit: int) -> list[_PendingWrite]:
-        with self.pending_lock:
-            batch, self.pending = self.pending[:limit], self.pending[limit:]
-        return batch
+        self._pass_queued = False  # a drain pass is queued or running (under pending_lock)
 
     def withdraw(self, entry: _PendingWrite) -> bool:
         """Take ``entry`` back if no batch has picked it up yet."""
@@ -335,6 +358,64 @@ class _Worker:
     async def run(self, job: Job[T]) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._call, job)
+
+    def enqueue(
+        self, entry: _PendingWrite, apply: Callable[[sqlite3.Connection, Batch], None]
+    ) -> None:
+        """Queue a write for group commit; its answer comes through ``entry.future``.
+
+        At most one drain pass is queued at a time: a write that finds one queued or
+        running only joins the list, so a busy writer costs no executor round trip per
+        write, and the event loop is woken once per write (by the answer). Each pass
+        applies one batch (``apply``) and, if more writes arrived meanwhile, queues the
+        next pass behind whatever else the thread has to do.
+        """
+        with self.pending_lock:
+            self.pending.append(entry)
+            if self._pass_queued:
+                return
+            self._pass_queued = True
+        try:
+            self._executor.submit(self._pass, apply)
+        except BaseException:  # shut down by a concurrent close
+            with self.pending_lock:
+                self._pass_queued = False
+            raise
+
+    def _take(self, limit: int | None) -> Batch:
+        with self.pending_lock:
+            if limit is None:
+                batch, self.pending = self.pending, []
+            else:
+                batch, self.pending = self.pending[:limit], self.pending[limit:]
+        return batch
+
+    def _pass(self, apply: Callable[[sqlite3.Connection, Batch], None]) -> None:
+        try:
+            try:
+                conn = self._connection()
+            except BaseException as exc:  # every queued write would fail the same way
+                for entry in self._take(None):
+                    _deliver(entry, None, exc)
+                return
+            batch = self._take(_MAX_GROUP_COMMIT)
+            if batch:
+                apply(conn, batch)
+        finally:
+            self._next_pass(apply)
+
+    def _next_pass(self, apply: Callable[[sqlite3.Connection, Batch], None]) -> None:
+        with self.pending_lock:
+            if not self.pending:
+                self._pass_queued = False
+                return
+        try:
+            self._executor.submit(self._pass, apply)
+        except RuntimeError as exc:  # the executor was shut down: nobody will drain these
+            with self.pending_lock:
+                self._pass_queued = False
+            for entry in self._take(None):
+                _deliver(entry, None, exc)
 
     def _close(self) -> None:
         conn, self._conn = self._conn, None
@@ -644,39 +725,32 @@ class SQLiteBackend:
         writer = self._writer
         loop = asyncio.get_running_loop()
         entry = _PendingWrite(job, loop, loop.create_future())
-        with writer.pending_lock:
-            writer.pending.append(entry)
         try:
-            # One pass per queued job, so every job is drained by its own pass at the
-            # latest; most passes find their job already done by an earlier batch.
-            await writer.run(self._transact_pending(writer))
+            writer.enqueue(entry, self._apply_batch)
+        except BaseException:  # the executor is shut down (a concurrent close)
+            if writer.withdraw(entry):  # never ran, never will
+                raise
+        try:
+            result: T = await entry.future
         except asyncio.CancelledError:
             writer.withdraw(entry)  # not started: it never runs; started: it finishes alone
             raise
-        except BaseException:
-            if writer.withdraw(entry):  # never ran, never will
-                raise
-            # else an earlier pass took the job; its answer comes through the future
-        result: T = await entry.future
         return result
 
-    def _transact_pending(self, writer: _Worker) -> Job[None]:
-        def run_batch(conn: sqlite3.Connection) -> None:
-            batch = writer.take_pending(_MAX_GROUP_COMMIT)
-            if len(batch) == 1:
-                (entry,) = batch
-                try:
-                    value = self._transact(conn, entry.job)
-                except BaseException as exc:
-                    _deliver(entry, None, exc)
-                    if not isinstance(exc, Exception):
-                        raise
-                else:
-                    _deliver(entry, value)
-            elif batch:
-                self._transact_batch(conn, batch)
-
-        return run_batch
+    def _apply_batch(self, conn: sqlite3.Connection, batch: Batch) -> None:
+        """Apply queued writes (on the writer thread); every one of them is answered."""
+        if len(batch) == 1:
+            (entry,) = batch
+            try:
+                value = self._transact(conn, entry.job)
+            except BaseException as exc:
+                _deliver(entry, None, exc)
+                if not isinstance(exc, Exception):
+                    raise
+            else:
+                _deliver(entry, value)
+        elif batch:
+            self._transact_batch(conn, batch)
 
     def _transact_batch(self, conn: sqlite3.Connection, batch: list[_PendingWrite]) -> None:
         answers: list[tuple[_PendingWrite, Any, BaseException | None]] = []
@@ -712,8 +786,7 @@ class SQLiteBackend:
             return
         if announce:
             self._hub.notify()
-        for entry, value, error in answers:
-            _deliver(entry, value, error)
+        _deliver_all(answers)
 
     def _transact(
         self, conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], _Done[T]]
@@ -862,9 +935,10 @@ class SQLiteBackend:
 
         def job(conn: sqlite3.Connection) -> bytes | None:
             row = conn.execute(
-                "SELECT run_json FROM docket_runs WHERE tenant = ? AND run_id = ?", (key, run_id)
+                "SELECT run_json, run_parts FROM docket_runs WHERE tenant = ? AND run_id = ?",
+                (key, run_id),
             ).fetchone()
-            return None if row is None else bytes(row[0])
+            return None if row is None else _whole_run_json(conn, key, run_id, row[0], row[1])
 
         data = await self._read(job)
         return NotFound() if data is None else run_from_json(data)
@@ -878,7 +952,9 @@ class SQLiteBackend:
                 f"SELECT {_INFO_COLUMNS} FROM docket_runs WHERE tenant = ? AND run_id = ?",
                 (key, run_id),
             ).fetchone()
-            return None if row is None else tuple(row)
+            if row is None:
+                return None
+            return (row[0], _whole_run_json(conn, key, run_id, row[1], row[2]), *row[3:])
 
         row = await self._read(job)
         if row is None:
@@ -1152,8 +1228,7 @@ class SQLiteBackend:
 
         def job(conn: sqlite3.Connection) -> _Done[bytes | NotFound | InactiveRun]:
             row = conn.execute(
-                "SELECT status, poisoned_at_us, run_json FROM docket_runs "
-                "WHERE tenant = ? AND run_id = ?",
+                "SELECT status, poisoned_at_us FROM docket_runs WHERE tenant = ? AND run_id = ?",
                 (key, run_id),
             ).fetchone()
             if row is None:
@@ -1161,14 +1236,14 @@ class SQLiteBackend:
             if RunStatus(str(row[0])).terminal:
                 return _Done(InactiveRun(), commit=False)
             if row[1] is None:
-                return _Done(bytes(row[2]), commit=False)
+                return _Done(_stored_run_json(conn, key, run_id), commit=False)
             conn.execute(
                 "UPDATE docket_runs SET poisoned_at_us = NULL, poison_reason = NULL, "
                 "claim_token = NULL, claimed_at_us = NULL, claim_attempts = 0, "
                 "claim_abandons = 0, wake_at_us = ? WHERE tenant = ? AND run_id = ?",
                 (self._now_us(now), key, run_id),
             )
-            return _Done(bytes(row[2]), announce=True)
+            return _Done(_stored_run_json(conn, key, run_id), announce=True)
 
         found = await self._write(job)
         return run_from_json(found) if isinstance(found, bytes) else found
@@ -1185,8 +1260,9 @@ class SQLiteBackend:
         run = valid.run
         hashes = _content_hashes(valid)
         wake_us = _us(proposal.wake_at)
+        head, pieces = _cut(valid.run_json)
 
-        def job(conn: sqlite3.Connection) -> _Done[bytes | TransitionError]:
+        def job(conn: sqlite3.Connection) -> _Done[Run | bytes | TransitionError]:
             graph = conn.execute(
                 "SELECT 1 FROM docket_graphs WHERE tenant = ? AND graph_id = ? AND graph_hash = ?",
                 (key, run.graph_id, run.graph_hash),
@@ -1205,8 +1281,8 @@ class SQLiteBackend:
             conn.execute(
                 "INSERT INTO docket_runs (tenant, run_id, graph_id, graph_hash, status, step, "
                 "checkpoint_seq, event_seq, started_at_us, updated_at_us, finished_at_us, "
-                "run_json, latest_checkpoint_type, wake_at_us) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "run_json, run_parts, latest_checkpoint_type, wake_at_us) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     key,
                     run.id,
@@ -1219,14 +1295,17 @@ class SQLiteBackend:
                     _us(run.started_at),
                     _us(run.updated_at),
                     None if run.finished_at is None else _us(run.finished_at),
-                    valid.run_json,
+                    head,
+                    len(pieces),
                     str(proposal.checkpoint_type),
                     wake_us,
                 ),
             )
+            _store_pieces(conn, key, run.id, pieces, 0)
             _record(conn, key, run.id, proposal.transition_id, valid.digest)
             _insert_events(conn, key, valid, hashes, range(len(valid.events)))
-            return _Done(valid.run_json, announce=wake_us <= self._now_us(None))
+            # what was just stored, already checked durable: no decode of its bytes
+            return _Done(valid.run, announce=wake_us <= self._now_us(None))
 
         return await self._transition(job)
 
@@ -1260,12 +1339,13 @@ class SQLiteBackend:
         key = _key(owner)
         run = valid.run
         hashes = _content_hashes(valid)
+        head, pieces = _cut(valid.run_json)
 
-        def job(conn: sqlite3.Connection) -> _Done[bytes | TransitionError]:
+        def job(conn: sqlite3.Connection) -> _Done[Run | bytes | TransitionError]:
             row = conn.execute(
                 "SELECT graph_id, graph_hash, status, started_at_us, updated_at_us, "
-                "checkpoint_seq, event_seq, claim_token, claimed_at_us FROM docket_runs "
-                "WHERE tenant = ? AND run_id = ?",
+                "checkpoint_seq, event_seq, claim_token, claimed_at_us, run_parts "
+                "FROM docket_runs WHERE tenant = ? AND run_id = ?",
                 (key, run.id),
             ).fetchone()
             if row is None:
@@ -1277,7 +1357,8 @@ class SQLiteBackend:
                 return _Done(_stored_run_json(conn, key, run.id), commit=False)
             if replay is not None:
                 return _Done(replay, commit=False)
-            graph_id, graph_hash, status, started, updated, stored_seq, event_seq, held, since = row
+            graph_id, graph_hash, status, started, updated, stored_seq, event_seq = row[:7]
+            held, since, stored_parts = row[7:]
             stored = Run(  # the stored identity, from its columns (no document decode)
                 id=run.id,
                 graph_id=str(graph_id),
@@ -1309,8 +1390,8 @@ class SQLiteBackend:
             cursor = conn.execute(
                 "UPDATE docket_runs SET status = ?, step = ?, checkpoint_seq = ?, "
                 "event_seq = ?, updated_at_us = ?, finished_at_us = ?, run_json = ?, "
-                "latest_checkpoint_type = ?, claim_attempts = 0, claim_abandons = 0, "
-                "poisoned_at_us = NULL, poison_reason = NULL, claim_token = ?, "
+                "run_parts = ?, latest_checkpoint_type = ?, claim_attempts = 0, "
+                "claim_abandons = 0, poisoned_at_us = NULL, poison_reason = NULL, claim_token = ?, "
                 "claimed_at_us = ?, wake_at_us = ? "
                 "WHERE tenant = ? AND run_id = ? AND checkpoint_seq = ?",
                 (
@@ -1320,7 +1401,8 @@ class SQLiteBackend:
                     run.event_seq,
                     _us(run.updated_at),
                     None if run.finished_at is None else _us(run.finished_at),
-                    valid.run_json,
+                    head,
+                    len(pieces),
                     str(checkpoint_type),
                     claim_token,
                     claimed_at,
@@ -1332,17 +1414,21 @@ class SQLiteBackend:
             )
             if cursor.rowcount != 1:  # unreachable under the write lock; never publish blind
                 return _Done(StaleCheckpoint(), commit=False)
+            _store_pieces(conn, key, run.id, pieces, int(stored_parts))
             _record(conn, key, run.id, transition_id, valid.digest)
             _insert_events(conn, key, valid, hashes, new)
-            return _Done(valid.run_json, announce=wake is not None and wake <= now_us)
+            return _Done(valid.run, announce=wake is not None and wake <= now_us)
 
         return await self._transition(job)
 
     async def _transition(
-        self, job: Callable[[sqlite3.Connection], _Done[bytes | TransitionError]]
+        self, job: Callable[[sqlite3.Connection], _Done[Run | bytes | TransitionError]]
     ) -> TransitionResult:
-        found = await self._outcome(job)
-        if not isinstance(found, bytes):
+        try:
+            found = await self._outcome(job)
+        except RecordDecodeError as exc:  # a replay whose stored pieces are incomplete
+            return Permanent(f"the stored run document cannot be read: {exc}")
+        if not isinstance(found, bytes):  # a fresh commit's run, or a refusal
             return found
         try:
             return run_from_json(found)
@@ -1439,9 +1525,64 @@ def _run_exists(conn: sqlite3.Connection, key: str, run_id: str) -> bool:
 
 def _stored_run_json(conn: sqlite3.Connection, key: str, run_id: str) -> bytes:
     row = conn.execute(
-        "SELECT run_json FROM docket_runs WHERE tenant = ? AND run_id = ?", (key, run_id)
+        "SELECT run_json, run_parts FROM docket_runs WHERE tenant = ? AND run_id = ?",
+        (key, run_id),
     ).fetchone()
-    return bytes(row[0])
+    return _whole_run_json(conn, key, run_id, row[0], row[1])
+
+
+def _cut(document: bytes) -> tuple[bytes, list[bytes]]:
+    """A run document as its first piece (``run_json``) and the pieces after it."""
+    size = RUN_PIECE_BYTES
+    if len(document) <= size:
+        return document, []
+    return document[:size], [document[i : i + size] for i in range(size, len(document), size)]
+
+
+def _store_pieces(
+    conn: sqlite3.Connection, key: str, run_id: str, pieces: Sequence[bytes], stored: int
+) -> None:
+    """Make ``docket_run_parts`` hold ``pieces`` as parts 1.., writing only what changed.
+
+    A piece equal to the stored one is left as it is (the upsert's WHERE), so an append
+    to a long document rewrites its last pieces, not all of it; ``stored`` is how many
+    parts the row had, so surplus ones are dropped.
+    """
+    if pieces:
+        conn.executemany(
+            "INSERT INTO docket_run_parts (tenant, run_id, part, data) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (tenant, run_id, part) DO UPDATE SET data = excluded.data "
+            "WHERE data <> excluded.data",
+            [(key, run_id, index, piece) for index, piece in enumerate(pieces, 1)],
+        )
+    if stored > len(pieces):
+        conn.execute(
+            "DELETE FROM docket_run_parts WHERE tenant = ? AND run_id = ? AND part > ?",
+            (key, run_id, len(pieces)),
+        )
+
+
+def _whole_run_json(
+    conn: sqlite3.Connection, key: str, run_id: str, head: Any, parts: Any
+) -> bytes:
+    """The stored document: ``run_json`` followed by its ``parts`` further pieces."""
+    first: bytes = bytes(head)
+    count = int(parts)
+    if count == 0:
+        return first
+    rows = conn.execute(
+        "SELECT part, data FROM docket_run_parts WHERE tenant = ? AND run_id = ? ORDER BY part",
+        (key, run_id),
+    ).fetchall()
+    pieces = [bytes(data) for _, data in rows]
+    complete = [int(part) for part, _ in rows] == list(range(1, count + 1)) and all(
+        len(piece) == RUN_PIECE_BYTES for piece in pieces[:-1]
+    )
+    if not complete:
+        raise RecordDecodeError(
+            "run", [f"the stored document of run {run_id!r} lacks some of its {count} parts"]
+        )
+    return b"".join([first, *pieces])
 
 
 def _recorded(

@@ -1,6 +1,6 @@
 """The schema, its version, ordered migrations, and how connections are set up.
 
-Conventions of the schema (version 1):
+Conventions of the schema:
 
 * Owner: ``tenant`` is ``''`` for tenantless rows and the tenant id otherwise. Tenant
   ids are never empty, so ``''`` is unambiguous, and a plain ``NOT NULL`` text column
@@ -8,7 +8,10 @@ Conventions of the schema (version 1):
 * Times are ``INTEGER`` microseconds since the Unix epoch (UTC), suffixed ``_us``.
 * Run documents and events are stored as the canonical JSON bytes the shared
   validator produced; the columns beside them are copies of the few fields queries
-  need (identity, status, counters, times), written in the same statement.
+  need (identity, status, counters, times), written in the same statement. A run
+  document longer than :data:`RUN_PIECE_BYTES` is cut into pieces of that size
+  (version 2): the first in ``docket_runs.run_json``, the rest in
+  ``docket_run_parts``; their concatenation is the document, byte for byte.
 * CHECK constraints state the operational-tuple invariants, so the file itself refuses
   an impossible row, whoever writes it; triggers make run identity, events and
   recorded transitions immutable.
@@ -38,7 +41,7 @@ from docket_sqlite.errors import (
 )
 from docket_sqlite.url import Target, parse_url
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 MIN_SQLITE_VERSION: Final = (3, 37, 0)  # STRICT tables (3.37), RETURNING (3.35)
 SYNCHRONOUS_MODES: Final = ("FULL", "NORMAL")
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
@@ -160,13 +163,44 @@ BEGIN
 END""",
 )
 
+#: Bytes of a run document per stored piece (version 2): piece 0 is ``run_json`` itself,
+#: pieces 1.. are rows of ``docket_run_parts``. Part of the file format: changing it
+#: needs a migration.
+RUN_PIECE_BYTES: Final = 8192
+
+# Version 2: a long run document is stored in fixed-size pieces, so a commit that
+# changes only some of its bytes (an append near the end, a counter near the start)
+# rewrites only the pieces that differ instead of the whole document. ``run_parts``
+# counts the pieces after the first; 0 (every version 1 row) means ``run_json`` holds
+# the whole document, so existing files need no rewrite.
+_V2: Final[tuple[str, ...]] = (
+    f"""ALTER TABLE docket_runs ADD COLUMN run_parts INTEGER NOT NULL DEFAULT 0
+    CONSTRAINT run_parts_check
+    CHECK (run_parts >= 0 AND (run_parts = 0 OR length(run_json) = {RUN_PIECE_BYTES}))""",
+    f"""CREATE TABLE docket_run_parts (
+    tenant TEXT    NOT NULL,
+    run_id TEXT    NOT NULL,
+    part   INTEGER NOT NULL CHECK (part >= 1),
+    data   BLOB    NOT NULL CHECK (length(data) BETWEEN 1 AND {RUN_PIECE_BYTES}),
+    PRIMARY KEY (tenant, run_id, part),
+    FOREIGN KEY (tenant, run_id) REFERENCES docket_runs (tenant, run_id) ON DELETE CASCADE
+) STRICT""",
+)
+
 #: Ordered migrations: ``(version, statements)``; applying version N's statements to a
 #: file at version N-1 yields version N. Version 0 is "no docket tables yet".
-MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = ((1, _V1),)
+MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = ((1, _V1), (2, _V2))
 
 #: Tables a file at :data:`SCHEMA_VERSION` must have (the shape check on open).
 REQUIRED_TABLES: Final = frozenset(
-    {"docket_meta", "docket_graphs", "docket_runs", "docket_events", "docket_transitions"}
+    {
+        "docket_meta",
+        "docket_graphs",
+        "docket_runs",
+        "docket_run_parts",
+        "docket_events",
+        "docket_transitions",
+    }
 )
 
 assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
@@ -415,6 +449,7 @@ __all__ = [
     "MIGRATIONS",
     "MIN_SQLITE_VERSION",
     "REQUIRED_TABLES",
+    "RUN_PIECE_BYTES",
     "SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
     "StoreError",

@@ -41,7 +41,7 @@ from docket.contract import (
     EventListQuery,
     StaleCheckpoint,
 )
-from docket.records import TENANTLESS, EventPage, Run
+from docket.records import TENANTLESS, EventPage, GraphVersion, Run
 
 T = TypeVar("T")
 WORKER = Path(__file__).with_name("group_commit_worker.py")
@@ -188,6 +188,58 @@ def test_a_job_that_fails_in_a_batch_is_undone_alone(tmp_path: Path) -> None:
         await backend.close()
 
     asyncio.run(case())
+
+
+def test_a_long_queue_is_drained_in_full_batches(tmp_path: Path) -> None:
+    """150 writes queued behind a busy writer: every one answered, in three transactions."""
+
+    async def case() -> None:
+        backend = SQLiteBackend(tmp_path / "group.db")
+        documents = [graph_document(f"queued-{index}") for index in range(150)]
+        gate = Gate(backend)
+        saves: list[Awaitable[object]] = [
+            backend.graphs.save_graph(TENANTLESS, graph_ref(document), document)
+            for document in documents
+        ]
+        answers = await _batched(gate, saves)
+        assert all(isinstance(answer, GraphVersion) for answer in answers), answers
+        assert gate.begins_after_hold() == 3, "batches of at most 64 writes"
+        for document in documents:
+            assert await backend.graphs.fetch_graph(TENANTLESS, graph_ref(document)) == document
+        await backend.close()
+
+    asyncio.run(case())
+
+
+def test_writes_racing_a_close_are_all_answered_and_acknowledged_ones_kept(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "closing.db"
+
+    async def case() -> list[object]:
+        backend = SQLiteBackend(path)
+        await backend.open()
+        documents = [graph_document(f"racing-{index}") for index in range(60)]
+        saves = [
+            asyncio.ensure_future(
+                backend.graphs.save_graph(TENANTLESS, graph_ref(document), document)
+            )
+            for document in documents
+        ]
+        await asyncio.sleep(0)  # let them queue up
+        await backend.close()
+        # none is left waiting on a writer that went away
+        answers = await asyncio.wait_for(asyncio.gather(*saves, return_exceptions=True), 60)
+        reopened = SQLiteBackend(path)
+        for document, answer in zip(documents, answers, strict=True):
+            if isinstance(answer, GraphVersion):
+                stored = await reopened.graphs.fetch_graph(TENANTLESS, graph_ref(document))
+                assert stored == document, "an acknowledged write is in the file"
+        await reopened.close()
+        return list(answers)
+
+    answers = asyncio.run(case())
+    assert any(isinstance(answer, GraphVersion) for answer in answers), answers
 
 
 def test_a_batch_whose_commit_fails_answers_every_job_with_the_error(tmp_path: Path) -> None:
