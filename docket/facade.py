@@ -116,6 +116,7 @@ from docket.runtime.lifecycle import (
     commit,
     random_ids,
     signal,
+    stamp_clock,
 )
 from docket.runtime.worker import (
     PoisonHandler,
@@ -484,7 +485,7 @@ class Docket:
         incompatible = check_execution_policy(rtg, host_limits(self.settings))
         if incompatible is not None:
             raise from_core(incompatible)
-        now = await self.backend.now()
+        now = await stamp_clock(self.backend)()
         created = build_initial_run(
             rtg, input, run_id=run_id or self._ids("run"), now=now, metadata=meta
         )

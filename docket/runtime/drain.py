@@ -56,7 +56,7 @@ from docket.contract.errors import (
     StaleCheckpoint,
 )
 from docket.contract.proposals import AbandonPolicy, Backoff, Lease
-from docket.contract.protocols import Backend, ClaimedRuns, SampledNow
+from docket.contract.protocols import Backend, ClaimedRuns
 from docket.core.advance import advance
 from docket.core.errors import CoreError
 from docket.core.moment import (
@@ -77,7 +77,14 @@ from docket.graph.compiler import RuntimeGraph
 from docket.records import GraphRef, Run, RunStatus, tenant_id_of
 from docket.runtime.execute import execute
 from docket.runtime.graphs import GraphCache, GraphProblem
-from docket.runtime.lifecycle import CommitContext, CommitPolicy, Ids, Observers, commit
+from docket.runtime.lifecycle import (
+    CommitContext,
+    CommitPolicy,
+    Ids,
+    Observers,
+    commit,
+    stamp_clock,
+)
 from docket.settings import Settings
 from docket.telemetry import NO_SPAN, Span, Telemetry, log_context, stamp_logger
 
@@ -179,9 +186,7 @@ class Drainer:
         telemetry: Telemetry | None = None,
     ) -> None:
         self._backend = backend
-        # Supersteps are stamped on the store's clock; a server backend offers a reading
-        # that is not a round trip each time (see SampledNow).
-        self._now = backend.sampled_now if isinstance(backend, SampledNow) else backend.now
+        self._now = stamp_clock(backend)  # no round trip per superstep on a server
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._graphs = graphs
         self._settings = settings

@@ -39,7 +39,7 @@ from docket.contract.errors import (
     TransitionError,
     TransitionResult,
 )
-from docket.contract.protocols import Backend
+from docket.contract.protocols import Backend, SampledNow
 from docket.core.errors import CoreError
 from docket.core.moment import Moment, Unchanged
 from docket.core.outcomes import describe_exception
@@ -58,6 +58,7 @@ __all__ = [
     "commit",
     "random_ids",
     "signal",
+    "stamp_clock",
 ]
 
 log = stamp_logger(logging.getLogger("docket.runtime"))
@@ -88,6 +89,12 @@ class _IdSource:
 
 _ID_SOURCE = _IdSource()
 os.register_at_fork(after_in_child=_ID_SOURCE.reseed)
+
+
+def stamp_clock(backend: Backend) -> Callable[[], Awaitable[datetime]]:
+    """What the runtime stamps new work with: the store's clock, through its cheap
+    ``sampled_now()`` where it has one (a server backend, see ``SampledNow``)."""
+    return backend.sampled_now if isinstance(backend, SampledNow) else backend.now
 
 
 def random_ids(kind: str) -> str:
