@@ -41,7 +41,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Literal, TypeAlias, cast
 
@@ -186,7 +186,9 @@ class Drainer:
         telemetry: Telemetry | None = None,
     ) -> None:
         self._backend = backend
-        self._now = stamp_clock(backend)  # no round trip per superstep on a server
+        # no round trip per superstep on a server; looked up on first use, because a
+        # Drainer may be built before the backend has been negotiated
+        self._clock: Callable[[], Awaitable[datetime]] | None = None
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._graphs = graphs
         self._settings = settings
@@ -385,6 +387,11 @@ class Drainer:
                         detail=wake_name(moment.disposition),
                         yielded=yielded,
                     )
+
+    async def _now(self) -> datetime:
+        if self._clock is None:
+            self._clock = stamp_clock(self._backend)
+        return await self._clock()
 
     def _step_span(self, run: Run) -> Span:
         """One superstep: advance, node work, settle, commit (``result`` = how it parked,
