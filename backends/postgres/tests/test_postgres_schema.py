@@ -100,6 +100,36 @@ def test_an_empty_schema_is_created_on_open(pg_url: str, schema_name: Names) -> 
     asyncio.run(body())
 
 
+def test_run_documents_are_compressed_with_lz4_where_the_server_has_it(
+    pg_url: str, schema_name: Names
+) -> None:
+    async def body() -> None:
+        schema = schema_name("lz4")
+        backend = PostgresBackend(pg_url, schema=schema)
+        await backend.open()
+        await backend.close()
+        conn = await admin(pg_url)
+        try:
+            cur = await conn.execute(
+                "SELECT 'lz4' = ANY(enumvals) FROM pg_settings "
+                "WHERE name = 'default_toast_compression'"
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            cur = await conn.execute(
+                "SELECT a.attcompression FROM pg_attribute a "
+                "WHERE a.attrelid = to_regclass(%s) AND a.attname = 'run_json'",
+                (f'"{schema}".runs',),
+            )
+            found = await cur.fetchone()
+            assert found is not None
+            assert found[0] == ("l" if row[0] else "")
+        finally:
+            await conn.close()
+
+    asyncio.run(body())
+
+
 def test_migrate_from_empty_then_no_op(pg_url: str, schema_name: Names) -> None:
     async def body() -> None:
         schema = schema_name("mig")
