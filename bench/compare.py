@@ -236,7 +236,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     add("--growth-runs", type=int, help="finished runs in the large store (100k; quick 10k)")
     add("--growth-events", type=int, help="events in the large store (1M; quick 100k)")
-    add("--growth-trial-runs", type=int, help="runs per growth trial (150; quick 40)")
+    add("--growth-trial-runs", type=int, help="runs per growth trial (400; quick 80)")
     add("--growth-repeats", type=int, help="alternating trials per store (3; quick 2)")
     add("--longchat-turns", type=int, default=200)
     add("--longchat-runs", type=int, help="long-chat runs per backend (3; quick 1)")
@@ -253,7 +253,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "ceiling_repeats": (3, 2),
         "growth_runs": (100_000, 10_000),
         "growth_events": (1_000_000, 100_000),
-        "growth_trial_runs": (150, 40),
+        "growth_trial_runs": (400, 80),
         "growth_repeats": (3, 2),
         "longchat_runs": (3, 1),
     }
