@@ -652,8 +652,7 @@ def _plain_run(data: Mapping[str, Any]) -> Run | None:
     """
     if data.keys() != _RUN_KEYS:
         return None
-    output = data["output"]
-    finished = data["finished_at"]
+    output, failure, finished = data["output"], data["failure"], data["finished_at"]
     return Run(
         id=_plain_str(data["id"]),
         graph_id=_plain_str(data["graph_id"]),
@@ -663,7 +662,7 @@ def _plain_run(data: Mapping[str, Any]) -> Run | None:
         updated_at=parse_timestamp(_plain_str(data["updated_at"])),
         input=_plain_object(data["input"]),
         output=None if output is None else _plain_object(output),
-        failure=converter.structure(data["failure"], Failure | None),  # type: ignore[arg-type]
+        failure=None if failure is None else converter.structure(failure, Failure),
         finished_at=None if finished is None else parse_timestamp(_plain_str(finished)),
         step=_plain_int(data["step"]),
         channels=_plain_channels(data["channels"]),

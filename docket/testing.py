@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, ParamSpec, TypeAlias, TypeVar
@@ -87,6 +86,7 @@ from docket.records import (
     run_to_json,
 )
 from docket.runtime.execute import execute
+from docket.runtime.lifecycle import random_ids
 from docket.values import JSONDict, JSONValue
 
 __all__ = [
@@ -212,17 +212,13 @@ def _options(
         clock=the_clock,
         sleeper=sleeper,
         ids=ids or SequentialIds(),
-        transition_ids=ids or _random_ids,
+        transition_ids=ids or random_ids,
         limits=limits,
         context=dict(context or {}),
         validate=validate,
         backend=backend,
         document=document,
     )
-
-
-def _random_ids(kind: str) -> str:
-    return f"{kind}_{secrets.token_hex(8)}"
 
 
 def _runtime(graph: GraphLike, nodes: NodeRegistry | None) -> tuple[RuntimeGraph, JSONDict | None]:

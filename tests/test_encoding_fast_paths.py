@@ -218,6 +218,7 @@ T0 = datetime(2026, 7, 15, 12, tzinfo=UTC)
 
 
 def channel(key: str, value: object, version: object, seen: tuple[object, ...]) -> ChannelState:
+    # deliberately ill-typed fields: the fast paths must refuse them as the general path does
     return ChannelState(channel_id=key, value=value, version=version, barrier_seen=seen)  # type: ignore[arg-type]
 
 

@@ -49,10 +49,6 @@ class SampledClock:
         self._anchor: tuple[datetime, float] | None = None  # (server time, local monotonic)
         self._last: datetime | None = None
 
-    @property
-    def resync(self) -> float:
-        return self._resync
-
     async def now(self) -> datetime:
         anchor, local = self._anchor, self._monotonic()
         if anchor is None or local - anchor[1] >= self._resync:
@@ -65,8 +61,3 @@ class SampledClock:
             reading = last
         self._last = reading
         return reading
-
-    def forget(self) -> None:
-        """Drop the sample (after a reconnect or failover: the next ``now`` reads afresh)."""
-        self._anchor = None
-        self._last = None

@@ -84,12 +84,3 @@ def test_resync_zero_reads_every_time_and_bad_resync_is_refused() -> None:
         SampledClock(server.read, resync=-1)
     with pytest.raises(ValueError):
         SampledClock(server.read, resync=float("nan"))
-
-
-def test_forget_reads_afresh() -> None:
-    clock, server, _ = clock_pair(resync=60)
-    asyncio.run(clock.now())
-    clock.forget()
-    server.time = T0 - timedelta(seconds=5)
-    assert asyncio.run(clock.now()) == T0 - timedelta(seconds=5)
-    assert server.reads == 2
