@@ -18,6 +18,7 @@ transition ids resolve on resend).
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -31,7 +32,8 @@ class GroupCommit(Generic[A, R]):
     """``await group.submit(write)`` → that write's answer, sent alone or in a batch.
 
     ``send`` takes a non-empty list of writes and returns one answer per write, in order;
-    if it raises, every write of that batch gets the exception.
+    if it raises, every write of that batch gets the exception. ``batches`` counts the
+    batches sent by size (size 1: a write that went alone).
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class GroupCommit(Generic[A, R]):
         self._queue: list[tuple[A, asyncio.Future[R]]] = []
         self._busy = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self.batches: Counter[int] = Counter()
 
     @property
     def lanes(self) -> int:
@@ -69,6 +72,7 @@ class GroupCommit(Generic[A, R]):
     def _start(self) -> None:
         while self._queue and self._busy < self._lanes:
             batch, self._queue = self._queue[: self._limit], self._queue[self._limit :]
+            self.batches[len(batch)] += 1
             self._busy += 1
             task = asyncio.get_running_loop().create_task(self._flush(batch))
             self._tasks.add(task)

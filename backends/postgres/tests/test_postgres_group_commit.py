@@ -8,7 +8,7 @@ queue behind it and go together, so grouping is certain rather than left to timi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -37,6 +37,7 @@ from docket.contract import (
     Permanent,
     StaleCheckpoint,
 )
+from docket.contract.grouping import GroupCommit
 from docket.records import TENANTLESS, GraphRef, GraphVersion, OwnerScope, Run, Tenant
 
 Names = Callable[[str], str]
@@ -63,19 +64,21 @@ async def _claimed_runs(
     return {lease.run_id: (*runs[lease.run_id], lease) for lease in batch.leases}
 
 
-def _record_batches(backend: PostgresBackend, which: str = "_group") -> list[int]:
-    """Wrap the backend's own group sender to see the batch sizes it is handed."""
-    sizes: list[int] = []
-    group = getattr(backend, which)
+def _grouped(backend: PostgresBackend, which: str = "_group") -> dict[int, int]:
+    """The backend's batches sent by size, asserting some write went with another."""
+    group: GroupCommit[Any, Any] | None = getattr(backend, which)
     assert group is not None
-    send = group._send
+    assert max(group.batches) > 1, f"nothing was grouped: {dict(group.batches)}"
+    return dict(group.batches)
 
-    async def recording(batch: list[Any]) -> Any:
-        sizes.append(len(batch))
-        return await send(batch)
 
-    group._send = recording
-    return sizes
+def _check_answers(answers: Sequence[object], expected: Sequence[object]) -> None:
+    """Each answer is the expected value, or an instance of the expected error type."""
+    for answer, want in zip(answers, expected, strict=True):
+        if isinstance(want, type):
+            assert isinstance(answer, want), (answer, want)
+        else:
+            assert answer == want
 
 
 def test_a_burst_of_commits_is_grouped_and_each_gets_its_own_answer(
@@ -87,7 +90,6 @@ def test_a_burst_of_commits_is_grouped_and_each_gets_its_own_answer(
             ids = [f"r{i:02d}" for i in range(10)]
             owners: list[OwnerScope] = [TENANTLESS if i % 2 else Tenant("acme") for i in range(10)]
             held = await _claimed_runs(backend, owners, ids)
-            sizes = _record_batches(backend)
             now = await backend.now()
             calls = []
             expected: list[object] = []
@@ -114,12 +116,8 @@ def test_a_burst_of_commits_is_grouped_and_each_gets_its_own_answer(
             calls.append(backend.commit_claimed(held["r09"][0], ghost, []))
             expected.append(NotFound)
             answers = await asyncio.gather(*calls)
-            assert max(sizes) > 1, f"nothing was grouped: {sizes}"
-            for answer, want in zip(answers, expected, strict=True):
-                if isinstance(want, type):
-                    assert isinstance(answer, want), (answer, want)
-                else:
-                    assert answer == want
+            _grouped(backend)
+            _check_answers(answers, expected)
             for run_id in ids:  # read back: written exactly where the answer said so
                 owner, run, _ = held[run_id]
                 stored = await backend.fetch_run(owner, run_id)
@@ -149,7 +147,6 @@ def test_a_failing_group_statement_falls_back_to_one_commit_at_a_time(
                 WHEN (NEW.run_id = 'boom')
                 EXECUTE FUNCTION "{schema}".refuse_change('boom refused')""".encode()
             )
-            sizes = _record_batches(backend)
             now = await backend.now()
             proposals = {
                 run_id: claimed(successor(run, now), lease.claim_token)
@@ -164,7 +161,7 @@ def test_a_failing_group_statement_falls_back_to_one_commit_at_a_time(
                     strict=True,
                 )
             )
-            assert max(sizes) > 1, sizes
+            _grouped(backend)
             assert isinstance(answers["boom"], Permanent), answers["boom"]
             assert "boom refused" in answers["boom"].reason
             for run_id in ("a", "b", "c", "d"):
@@ -219,7 +216,6 @@ def test_a_version_1_store_needs_migrate_and_then_groups(pg_url: str, schema_nam
         try:
             assert await backend.migrate() == (1, SCHEMA_VERSION)
             held = await _claimed_runs(backend, [TENANTLESS] * 4, ["p", "q", "r", "s"])
-            sizes = _record_batches(backend)
             now = await backend.now()
             proposals = [
                 claimed(successor(r, now), lease.claim_token) for _, r, lease in held.values()
@@ -228,7 +224,7 @@ def test_a_version_1_store_needs_migrate_and_then_groups(pg_url: str, schema_nam
                 *(backend.commit_claimed(TENANTLESS, p, []) for p in proposals)
             )
             assert got == [p.run for p in proposals]
-            assert max(sizes) > 1, sizes
+            _grouped(backend)
         finally:
             await backend.close()
 
@@ -246,7 +242,6 @@ def test_a_burst_of_run_starts_is_grouped_and_each_gets_its_own_answer(
             owners: list[OwnerScope] = [TENANTLESS, Tenant("acme")]
             for owner in owners:
                 assert isinstance(await backend.save_graph(owner, ref, document), GraphVersion)
-            sizes = _record_batches(backend, "_init_group")
             now = await backend.now()
             calls = []
             expected: list[object] = []
@@ -267,12 +262,8 @@ def test_a_burst_of_run_starts_is_grouped_and_each_gets_its_own_answer(
             calls.append(backend.initialize(TENANTLESS, init_proposal(lost, now), []))
             expected.append(NotFound)
             answers = await asyncio.gather(*calls)
-            assert max(sizes) > 1, f"nothing was grouped: {sizes}"
-            for answer, want in zip(answers, expected, strict=True):
-                if isinstance(want, type):
-                    assert isinstance(answer, want), (answer, want)
-                else:
-                    assert answer == want
+            _grouped(backend, "_init_group")
+            _check_answers(answers, expected)
             for owner, proposal, _ in proposals.values():
                 assert await backend.fetch_run(owner, proposal.run.id) == proposal.run
             assert isinstance(await backend.fetch_run(TENANTLESS, "nograph"), NotFound)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -24,22 +25,25 @@ from docket_redis.transport import Script, pack
 
 from docket.clock import ManualClock
 from docket.contract import ClaimBatch, ClaimPolicy, Conflict, NotFound, StaleCheckpoint
+from docket.contract.grouping import GroupCommit
 from docket.records import TENANTLESS, OwnerScope, Run, Tenant
 
 
-def _record_batches(backend: RedisBackend, which: str = "_group") -> list[int]:
-    """Wrap the backend's own group sender to see the batch sizes it is handed."""
-    sizes: list[int] = []
-    group = getattr(backend, which)
+def _grouped(backend: RedisBackend, which: str = "_group") -> dict[int, int]:
+    """The backend's batches sent by size, asserting some write went with another."""
+    group: GroupCommit[Any, Any] | None = getattr(backend, which)
     assert group is not None
-    send = group._send
+    assert max(group.batches) > 1, f"nothing was grouped: {dict(group.batches)}"
+    return dict(group.batches)
 
-    async def recording(batch: list[Any]) -> Any:
-        sizes.append(len(batch))
-        return await send(batch)
 
-    group._send = recording
-    return sizes
+def _check_answers(answers: Sequence[object], expected: Sequence[object]) -> None:
+    """Each answer is the expected value, or an instance of the expected error type."""
+    for answer, want in zip(answers, expected, strict=True):
+        if isinstance(want, type):
+            assert isinstance(answer, want), (answer, want)
+        else:
+            assert answer == want
 
 
 async def _burst(url: str, prefix: str, ports: list[int]) -> None:
@@ -60,7 +64,6 @@ async def _burst(url: str, prefix: str, ports: list[int]) -> None:
             client = redis.Redis(host="127.0.0.1", port=port)
             client.script_flush()
             client.close()
-        sizes = _record_batches(backend)
         calls = []
         expected: list[object] = []
         for run_id, (owner, run) in runs.items():
@@ -84,12 +87,8 @@ async def _burst(url: str, prefix: str, ports: list[int]) -> None:
         calls.append(backend.transitions.commit_claimed(ghost_owner, ghost, []))
         expected.append(NotFound)
         answers = await asyncio.gather(*calls)
-        assert max(sizes) > 1, f"nothing was grouped: {sizes}"
-        for answer, want in zip(answers, expected, strict=True):
-            if isinstance(want, type):
-                assert isinstance(answer, want), (answer, want)
-            else:
-                assert answer == want
+        _grouped(backend)
+        _check_answers(answers, expected)
         for run_id, (owner, run) in runs.items():  # read back
             stored = await backend.runs.fetch_run(owner, run_id)
             assert isinstance(stored, Run)
@@ -200,7 +199,6 @@ async def _starts(url: str, prefix: str) -> None:
     async with opened(url, prefix, clock=clock, commit_lanes=1) as backend:
         owners: list[OwnerScope] = [TENANTLESS, Tenant("acme"), Tenant("zed")]
         refs = {str(owner): await publish_graph(backend, owner) for owner in owners}
-        sizes = _record_batches(backend, "_init_group")
         calls = []
         expected: list[object] = []
         proposals = []
@@ -215,7 +213,7 @@ async def _starts(url: str, prefix: str) -> None:
         taken = init_proposal(attrs.evolve(proposal.run, input={"other": 1}), T0)
         calls.append(backend.transitions.initialize(owner, taken, evs))  # same id, other input
         answers = await asyncio.gather(*calls)
-        assert max(sizes) > 1, f"nothing was grouped: {sizes}"
+        _grouped(backend, "_init_group")
         for i, (answer, want) in enumerate(zip(answers, expected, strict=False)):
             if i != 4:
                 assert answer == want
