@@ -197,7 +197,7 @@ def test_commit_lanes_zero_sends_every_commit_alone_and_bad_values_are_refused(
     asyncio.run(body())
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError):
-            PostgresBackend(pg_url, commit_lanes=bad)  # type: ignore[arg-type]
+            PostgresBackend(pg_url, commit_lanes=bad)  # type: ignore[arg-type]  # bad on purpose
 
 
 def test_a_version_1_store_needs_migrate_and_then_groups(pg_url: str, schema_name: Names) -> None:

@@ -189,7 +189,7 @@ def test_pack_makes_the_drivers_bytes(commands: list[tuple[str | bytes | int, ..
 def test_pack_refuses_what_redis_cannot_take() -> None:
     for bad in (True, 1.5, None):
         with pytest.raises(TypeError):
-            pack([("SET", "k", bad)])  # type: ignore[list-item]
+            pack([("SET", "k", bad)])  # type: ignore[list-item]  # bad on purpose
 
 
 async def _starts(url: str, prefix: str) -> None:
