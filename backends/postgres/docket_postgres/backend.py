@@ -36,7 +36,7 @@ from typing import Any, Final, Literal, cast
 import attrs
 import psycopg
 import psycopg_pool
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from docket.contract import (
@@ -129,6 +129,16 @@ from docket.records import (
     tenant_id_of,
 )
 from docket.values import JSONDict, sha256_hex, utc
+from docket_postgres.arrays import (
+    BoolArray,
+    ByteaArray,
+    EncodedArray,
+    Int4Array,
+    Int8Array,
+    TextArray,
+    TimestamptzArray,
+)
+from docket_postgres.arrays import register as register_arrays
 from docket_postgres.errors import (
     PermanentStoreError,
     StoreError,
@@ -305,17 +315,51 @@ _INITIALIZE_MANY = (
 
 @attrs.frozen
 class _Statement:
-    """A write that can be grouped: its one-run form, its group form, and how many of its
-    leading arguments become arrays in a group (the rest: ``p_now`` and the three event
-    arrays, flattened with a count per write). Both start with tenant and run id."""
+    """A write that can be grouped: its one-run form, its group form, and the array type
+    each of its leading arguments becomes in a group (the rest: ``p_now`` and the three
+    event arrays, flattened with a count per write). Both start with tenant and run id."""
 
     single: str
     many: str
-    scalars: int
+    columns: tuple[type[EncodedArray], ...]
+
+    @property
+    def scalars(self) -> int:
+        return len(self.columns)
 
 
-_COMMIT_STATEMENT: Final = _Statement(_COMMIT, _COMMIT_MANY, 20)
-_INITIALIZE_STATEMENT: Final = _Statement(_INITIALIZE, _INITIALIZE_MANY, 16)
+_T, _I8, _TS, _BY = TextArray, Int8Array, TimestamptzArray, ByteaArray
+_COMMIT_STATEMENT: Final = _Statement(
+    _COMMIT,
+    _COMMIT_MANY,
+    (
+        _T,
+        _T,
+        _T,
+        _T,
+        _T,
+        _T,
+        _TS,
+        _I8,
+        BoolArray,
+        _T,
+        _T,
+        _I8,
+        _I8,
+        _I8,
+        _TS,
+        _TS,
+        _BY,
+        _T,
+        _T,
+        _TS,
+    ),
+)
+_INITIALIZE_STATEMENT: Final = _Statement(
+    _INITIALIZE,
+    _INITIALIZE_MANY,
+    (_T, _T, _T, _T, _T, _T, _T, _I8, _I8, _I8, _TS, _TS, _TS, _BY, _T, _TS),
+)
 _WriteArgs = tuple[object, ...]
 #: A function's row, or the store's answer when the statement failed.
 _WriteAnswer = tuple[Any, ...] | Retryable | Permanent
@@ -626,6 +670,7 @@ class PostgresBackend:
         timeout_ms = int(self._statement_timeout * 1000)
         await conn.execute(f"SET TIME ZONE 'UTC'; SET statement_timeout = {timeout_ms}".encode())
         conn.prepare_threshold = 0 if self._prepare else None
+        register_arrays(conn.adapters)
 
     async def close(self) -> None:
         """Close the LISTEN connection and the pool; idempotent."""
@@ -669,7 +714,11 @@ class PostgresBackend:
             async with pool.connection() as conn:
                 sent = True
                 cur = await conn.execute(query, params, binary=True)
-                return await cur.fetchall() if cur.description is not None else []
+                # (``cur.description`` would build a Column per field just to ask this)
+                result = cur.pgresult
+                if result is None or result.status != pq.ExecStatus.TUPLES_OK:
+                    return []
+                return await cur.fetchall()
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise store_error(exc, sent=sent, write=write) from exc
 
@@ -1181,7 +1230,11 @@ class PostgresBackend:
         return GroupCommit(send, lanes=lanes, limit=_GROUP_LIMIT)
 
     async def _send_write(self, statement: _Statement, args: _WriteArgs) -> _WriteAnswer:
-        rows = await self._outcome(self._q(statement.single), args)
+        # the event arrays go pre-encoded (psycopg would send lists as text, bytea hex-escaped)
+        n = statement.scalars + 1
+        seqs, bodies, hashes = (cast(Sequence[Any], a) for a in args[n : n + 3])
+        sent = (*args[:n], Int8Array(seqs), ByteaArray(bodies), ByteaArray(hashes))
+        rows = await self._outcome(self._q(statement.single), sent)
         return rows if not isinstance(rows, list) else tuple(rows[0])
 
     async def _send_group(
@@ -1214,9 +1267,15 @@ class PostgresBackend:
             bodies.extend(cast(list[bytes], args[scalars + 2]))
             hashes.extend(cast(list[bytes], args[scalars + 3]))
         now = batch[0][scalars]
-        rows = await self._outcome(
-            self._q(statement.many), (*columns, now, counts, seqs, bodies, hashes)
+        sent = (
+            *(kind(column) for kind, column in zip(statement.columns, columns, strict=True)),
+            now,
+            Int4Array(counts),
+            Int8Array(seqs),
+            ByteaArray(bodies),
+            ByteaArray(hashes),
         )
+        rows = await self._outcome(self._q(statement.many), sent)
         if not isinstance(rows, list) or len(rows) != len(batch):
             return list(
                 await asyncio.gather(*(self._send_write(statement, args) for args in batch))
