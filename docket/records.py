@@ -491,10 +491,26 @@ def format_timestamp(moment: datetime) -> str:
     ``isoformat`` rather than ``strftime``: ``%Y`` does not pad years before 1000, and
     such text neither sorts nor parses back.
     """
+    global _recent_stamps
     if moment.__class__ is datetime and moment.tzinfo is UTC:
+        # A commit formats the same few datetime objects again and again (its events all
+        # carry one ``now``, which is also the run's updated_at): the last two are kept.
+        # An exact UTC datetime is immutable, so the same object always reads the same.
+        recent = _recent_stamps  # one read: another thread may swap the tuple meanwhile
+        if recent[0] is moment:
+            return recent[1]
+        if recent[2] is moment:
+            return recent[3]
         # Already UTC (every timestamp docket makes): the same text in one call.
-        return moment.isoformat(timespec="microseconds")[:-6] + "Z"
+        text = moment.isoformat(timespec="microseconds")[:-6] + "Z"
+        _recent_stamps = (moment, text, recent[0], recent[1])
+        return text
     return utc(moment).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+#: (datetime, text, datetime, text): the two exact UTC datetimes format_timestamp last
+#: formatted, newest first.
+_recent_stamps: tuple[object, str, object, str] = (None, "", None, "")
 
 
 def parse_timestamp(text: str) -> datetime:

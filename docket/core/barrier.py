@@ -78,8 +78,8 @@ def commit_barrier(
 ) -> Moment:
     """Commit the superstep whose results are ``writes`` (one per node, any order).
 
-    ``fields``/``inputs`` are ``rtg.field_rules()``/``rtg.input_ids`` when the caller
-    already has them (both are rebuilt on every call)."""
+    ``fields``/``inputs`` are ``rtg.field_rule_map``/``rtg.input_ids`` when the caller
+    already has them."""
     ordered = sorted(writes, key=lambda w: w.node_id)
     strangers = sorted({w.node_id for w in ordered if w.node_id not in rtg.nodes})
     if strangers:
@@ -102,7 +102,7 @@ def commit_barrier(
         if problems:
             errors[write.node_id] = format_reason("invalid_interrupt", "; ".join(problems))
     if fields is None:
-        fields = rtg.field_rules()
+        fields = rtg.field_rule_map
     if inputs is None:
         inputs = rtg.input_ids
     step = commit_step(fields, inputs, committed_fields(rtg, run.channels), updates)

@@ -115,7 +115,7 @@ def resolve_interrupt(
     if problem is not None:
         return InvalidRun(problem, phase="resolve", node_id=interrupt.node_id)
     written = commit_step(
-        rtg.field_rules(),
+        rtg.field_rule_map,
         rtg.input_ids,
         committed_fields(rtg, run.channels),
         {interrupt.node_id: {field: answer}},

@@ -174,7 +174,7 @@ def candidates_of(
     nodes = rtg.nodes
     return tuple(
         node_id
-        for node_id in sorted(nodes)
+        for node_id in rtg.node_order
         if node_id not in paused
         and (node_id in pending or not changed.isdisjoint(nodes[node_id].subscribe))
     )

@@ -71,7 +71,7 @@ def settle(
     run = dispatch.run
     now = max(now, dispatch.now)
     by_task = {o.task_id: o for o in outcomes}
-    fields = rtg.field_rules()
+    fields = rtg.field_rule_map
     inputs = rtg.input_ids
 
     writes: list[PendingWrite] = []

@@ -29,9 +29,7 @@ __all__ = [
 def snapshot(rtg: RuntimeGraph, channels: Mapping[str, ChannelState]) -> JSONDict:
     """Public input/field id -> visible value (see the module docstring)."""
     out: JSONDict = {}
-    for channel_id, channel in rtg.channels.items():
-        if channel.kind is ChannelKind.EDGE:
-            continue
+    for channel_id, channel in rtg.visible_channels:
         state = channels.get(channel_id)
         if state is not None and state.version > 0:
             out[channel.public_id] = state.value
@@ -43,9 +41,7 @@ def snapshot(rtg: RuntimeGraph, channels: Mapping[str, ChannelState]) -> JSONDic
 def source_versions(rtg: RuntimeGraph, channels: Mapping[str, ChannelState]) -> dict[str, int]:
     """Every declared input and field -> its committed version (0 when never written)."""
     out: dict[str, int] = {}
-    for channel_id, channel in rtg.channels.items():
-        if channel.kind is ChannelKind.EDGE:
-            continue
+    for channel_id, channel in rtg.visible_channels:
         state = channels.get(channel_id)
         out[channel.public_id] = 0 if state is None else state.version
     return out
@@ -61,7 +57,7 @@ def guard_view(
 def committed_fields(rtg: RuntimeGraph, channels: Mapping[str, ChannelState]) -> JSONDict:
     """Field id -> committed value, for the state fields written so far (the reducer base)."""
     out: JSONDict = {}
-    for channel_id, channel in rtg.channels.items():
+    for channel_id, channel in rtg.visible_channels:
         if channel.kind is not ChannelKind.STATE:
             continue
         state = channels.get(channel_id)

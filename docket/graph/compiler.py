@@ -41,6 +41,7 @@ import reprlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Final, cast
 
 import attrs
@@ -223,10 +224,48 @@ class RuntimeGraph:
     max_supersteps: int | None
     start_edges: tuple[str, ...]
     lowering: Lowering
+    # Derived once per graph (the core reads them on every superstep); not part of the
+    # graph's identity, and rebuilt by __init__ (so attrs.evolve) from the fields above.
+    _input_ids: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+    _field_rules: Mapping[str, FieldRule] = attrs.field(init=False, eq=False, repr=False)
+    _visible: tuple[tuple[str, RuntimeChannel], ...] = attrs.field(init=False, eq=False, repr=False)
+    _node_order: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        channels = self.channels.values()
+        inputs = tuple(c.public_id for c in channels if c.kind is ChannelKind.INPUT)
+        rules = MappingProxyType(
+            {
+                c.public_id: FieldRule(schema=c.schema, reducer=c.reducer, default=c.default)
+                for c in channels
+                if c.kind is ChannelKind.STATE
+            }
+        )
+        object.__setattr__(self, "_input_ids", inputs)
+        object.__setattr__(self, "_field_rules", rules)
+        visible = tuple((k, c) for k, c in self.channels.items() if c.kind is not ChannelKind.EDGE)
+        object.__setattr__(self, "_visible", visible)
+        object.__setattr__(self, "_node_order", tuple(sorted(self.nodes)))
 
     @property
     def input_ids(self) -> tuple[str, ...]:
-        return tuple(c.public_id for c in self.channels.values() if c.kind is ChannelKind.INPUT)
+        return self._input_ids
+
+    @property
+    def visible_channels(self) -> tuple[tuple[str, RuntimeChannel], ...]:
+        """``(channel id, channel)`` of the input and state channels (what snapshots
+        show), in ``channels`` order."""
+        return self._visible
+
+    @property
+    def node_order(self) -> tuple[str, ...]:
+        """Every node id, sorted."""
+        return self._node_order
+
+    @property
+    def field_rule_map(self) -> Mapping[str, FieldRule]:
+        """:meth:`field_rules`, built once per graph and read-only."""
+        return self._field_rules
 
     @property
     def field_ids(self) -> tuple[str, ...]:
@@ -240,11 +279,7 @@ class RuntimeGraph:
 
     def field_rules(self) -> dict[str, FieldRule]:
         """What committing writes needs per state field (``reducers.commit_step``)."""
-        return {
-            c.public_id: FieldRule(schema=c.schema, reducer=c.reducer, default=c.default)
-            for c in self.channels.values()
-            if c.kind is ChannelKind.STATE
-        }
+        return dict(self._field_rules)
 
     def defaults(self) -> dict[str, JSONValue]:
         """Public ID -> default, for every input and field whose default is not ``None``
