@@ -29,16 +29,34 @@ from docket_postgres.testing import connect as admin
 from docket_postgres.testing import open_backend as opened
 
 from docket.contract import (
+    At,
     ClaimBatch,
     ClaimPolicy,
     Conflict,
+    EventListQuery,
+    Immediate,
     Lease,
     NotFound,
     Permanent,
+    ReleaseClaim,
+    RetainClaim,
+    Schedule,
     StaleCheckpoint,
+    Terminal,
 )
 from docket.contract.grouping import GroupCommit
-from docket.records import TENANTLESS, GraphRef, GraphVersion, OwnerScope, Run, Tenant
+from docket.records import (
+    TENANTLESS,
+    CheckpointType,
+    EventPage,
+    GraphRef,
+    GraphVersion,
+    OwnerScope,
+    Run,
+    RunInfo,
+    RunStatus,
+    Tenant,
+)
 
 Names = Callable[[str], str]
 
@@ -126,6 +144,110 @@ def test_a_burst_of_commits_is_grouped_and_each_gets_its_own_answer(
                 assert stored.checkpoint_seq == want_seq, run_id
                 assert stored.event_seq == (1 if run_id in ("r06", "r07") else 3), run_id
         finally:
+            await backend.close()
+
+    asyncio.run(body())
+
+
+def test_usual_commits_of_a_group_are_applied_set_wise(pg_url: str, schema_name: Names) -> None:
+    """Schema version 3 applies a group's usual commits (first of their run, events all
+    new, fences holding) in a few statements for the whole group; only the others go
+    through ``commit_run``. With ``commit_run`` made to fail, usual commits still land,
+    with their events, claims and wakes, and a refused one in a group fails."""
+
+    async def body() -> None:
+        schema = schema_name("setwise")
+        backend = await opened(pg_url, schema, commit_lanes=1)
+        conn = await admin(pg_url)
+        try:
+            ids = [f"u{i}" for i in range(9)]
+            owners: list[OwnerScope] = [Tenant("acme") if i % 3 else TENANTLESS for i in range(9)]
+            held = await _claimed_runs(backend, [*owners, TENANTLESS], [*ids, "pilot"])
+            await conn.execute(
+                f"""CREATE OR REPLACE FUNCTION "{schema}".commit_run(
+                    p_tenant text, p_run_id text, p_transition_id text, p_digest text,
+                    p_graph_id text, p_graph_hash text, p_started_at timestamptz,
+                    p_expected bigint, p_claimed boolean, p_token text,
+                    p_status text, p_step bigint, p_checkpoint_seq bigint, p_event_seq bigint,
+                    p_updated_at timestamptz, p_finished_at timestamptz, p_run_json bytea,
+                    p_checkpoint_type text, p_schedule text, p_wake_at timestamptz,
+                    p_now timestamptz, p_seqs bigint[], p_events bytea[], p_hashes bytea[])
+                RETURNS TABLE (
+                    o_outcome text, o_digest text, o_graph_id text, o_graph_hash text,
+                    o_started_at timestamptz, o_checkpoint_seq bigint, o_token_held boolean,
+                    o_event_seq bigint, o_stored bytea[], o_run_json bytea,
+                    o_announced boolean)
+                LANGUAGE plpgsql AS $fn$
+                BEGIN
+                    RAISE EXCEPTION 'commit_run was called' USING ERRCODE = 'P0001';
+                END
+                $fn$""".encode()
+            )
+            now = await backend.now()
+            schedules: list[Schedule] = [
+                RetainClaim(),
+                ReleaseClaim(Immediate()),
+                ReleaseClaim(At(now + timedelta(hours=1))),
+            ]
+            proposals = {}
+            for i, run_id in enumerate(ids):
+                _, run, lease = held[run_id]
+                if i == 8:  # finishing: its live row goes
+                    nxt = successor(run, now, new_events=2, status=RunStatus.DONE)
+                    proposal = claimed(
+                        nxt,
+                        lease.claim_token,
+                        schedule=ReleaseClaim(Terminal()),
+                        checkpoint_type=CheckpointType.RUN_COMPLETED,
+                    )
+                else:
+                    nxt = successor(run, now, new_events=i % 3)
+                    proposal = claimed(nxt, lease.claim_token, schedule=schedules[i % 3])
+                proposals[run_id] = (
+                    proposal,
+                    events_for(nxt, now, list(range(2, nxt.event_seq + 1))),
+                )
+            _, pilot_run, pilot_lease = held["pilot"]
+            pilot = claimed(successor(pilot_run, now), pilot_lease.claim_token)
+            # the first commit of a burst goes alone, through commit_run; the rest group
+            first, *answers = await asyncio.gather(
+                backend.commit_claimed(TENANTLESS, pilot, []),
+                *(backend.commit_claimed(held[i][0], *proposals[i]) for i in ids),
+            )
+            assert isinstance(first, Permanent) and "commit_run was called" in first.reason
+            assert _grouped(backend) == {1: 1, len(ids): 1}
+            assert answers == [proposals[i][0].run for i in ids]
+            for i, run_id in enumerate(ids):
+                owner, _, lease = held[run_id]
+                info = await backend.inspect_run(owner, run_id)
+                assert isinstance(info, RunInfo)
+                assert info.run == proposals[run_id][0].run
+                history = await backend.list_events(owner, run_id, EventListQuery(limit=50))
+                assert isinstance(history, EventPage)
+                assert [e.seq for e in history.events] == list(range(1, info.run.event_seq + 1))
+                if i == 8:  # finished: no operational state left
+                    assert (info.claimed_at, info.wake_at) == (None, None), run_id
+                elif i % 3 == 0:  # the claim kept, its lease renewed
+                    assert info.claimed_at is not None and info.wake_at is None, run_id
+                    assert info.claimed_at >= now, run_id
+                else:  # released: due now, or in an hour
+                    wake = now if i % 3 == 1 else now + timedelta(hours=1)
+                    assert info.claimed_at is None and info.wake_at is not None, run_id
+                    assert info.wake_at >= wake, run_id
+            # a stale commit cannot go set-wise: commit_run is called, and here it fails
+            _, run, lease = held["u0"]
+            stale = claimed(successor(run, now), lease.claim_token)  # expects the old seq
+            current = proposals["u0"][0].run
+            fresh = claimed(successor(current, now), lease.claim_token)
+            got = await asyncio.gather(
+                backend.commit_claimed(TENANTLESS, pilot, []),
+                backend.commit_claimed(held["u0"][0], fresh, []),
+                backend.commit_claimed(held["u0"][0], stale, []),
+            )
+            assert all(isinstance(g, Permanent) for g in got), got
+            assert await backend.fetch_run(held["u0"][0], "u0") == current
+        finally:
+            await conn.close()
             await backend.close()
 
     asyncio.run(body())
