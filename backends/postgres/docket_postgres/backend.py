@@ -302,14 +302,15 @@ _COMMIT_MANY = (
     "%s::text[], %s::text[], %s::timestamptz[], %s::bigint[], %s::boolean[], %s::text[], "
     "%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::timestamptz[], "
     "%s::timestamptz[], %s::bytea[], %s::text[], %s::text[], %s::timestamptz[], "
-    "%s::timestamptz, %s::integer[], %s::bigint[], %s::bytea[], %s::bytea[])"
+    "%s::timestamptz, %s::integer[], %s::bigint[], %s::bytea[], %s::bytea[], "
+    "%s::integer[], %s::boolean[], %s::integer[])"
 )
 _INITIALIZE_MANY = (
     "SELECT * FROM @schema@.initialize_runs(%s::text[], %s::text[], %s::text[], %s::text[], "
     "%s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[], "
     "%s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::bytea[], %s::text[], "
     "%s::timestamptz[], %s::timestamptz, %s::integer[], %s::bigint[], %s::bytea[], "
-    "%s::bytea[])"
+    "%s::bytea[], %s::integer[], %s::boolean[], %s::integer[])"
 )
 
 
@@ -1257,15 +1258,26 @@ class PostgresBackend:
         seqs: list[int] = []
         bodies: list[bytes] = []
         hashes: list[bytes] = []
-        for i in order:
+        # per write: where its events start (1-based) and whether it is the first write to
+        # its run in the group; per event: the write (1-based) it belongs to
+        firsts: list[int] = []
+        solo: list[bool] = []
+        owners: list[int] = []
+        previous: tuple[object, object] | None = None
+        for position, i in enumerate(order, 1):
             args = batch[i]
             for column, value in zip(columns, args[:scalars], strict=True):
                 column.append(value)
             event_seqs = cast(list[int], args[scalars + 1])
+            firsts.append(len(seqs) + 1)
             counts.append(len(event_seqs))
+            owners.extend([position] * len(event_seqs))
             seqs.extend(event_seqs)
             bodies.extend(cast(list[bytes], args[scalars + 2]))
             hashes.extend(cast(list[bytes], args[scalars + 3]))
+            run = (args[0], args[1])
+            solo.append(run != previous)  # sorted: a run's writes are adjacent
+            previous = run
         now = batch[0][scalars]
         sent = (
             *(kind(column) for kind, column in zip(statement.columns, columns, strict=True)),
@@ -1274,6 +1286,9 @@ class PostgresBackend:
             Int8Array(seqs),
             ByteaArray(bodies),
             ByteaArray(hashes),
+            Int4Array(firsts),
+            BoolArray(solo),
+            Int4Array(owners),
         )
         rows = await self._outcome(self._q(statement.many), sent)
         if not isinstance(rows, list) or len(rows) != len(batch):

@@ -393,3 +393,76 @@ def test_a_burst_of_run_starts_is_grouped_and_each_gets_its_own_answer(
             await backend.close()
 
     asyncio.run(body())
+
+
+def test_usual_run_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_name: Names) -> None:
+    """The first start of each free run id of a published graph is written set-wise;
+    with ``initialize_run`` made to fail, those still land (run, operational state,
+    events, wake-up), and a group holding a taken id fails."""
+
+    async def body() -> None:
+        schema = schema_name("setstart")
+        backend = await opened(pg_url, schema, commit_lanes=1)
+        conn = await admin(pg_url)
+        try:
+            document = graph_document("g")
+            ref = graph_ref(document)
+            owners: list[OwnerScope] = [TENANTLESS, Tenant("acme")]
+            for owner in owners:
+                assert isinstance(await backend.save_graph(owner, ref, document), GraphVersion)
+            await conn.execute(
+                f"""CREATE OR REPLACE FUNCTION "{schema}".initialize_run(
+                    p_tenant text, p_run_id text, p_transition_id text, p_digest text,
+                    p_graph_id text, p_graph_hash text, p_status text, p_step bigint,
+                    p_checkpoint_seq bigint, p_event_seq bigint, p_started_at timestamptz,
+                    p_updated_at timestamptz, p_finished_at timestamptz, p_run_json bytea,
+                    p_checkpoint_type text, p_wake_at timestamptz, p_now timestamptz,
+                    p_seqs bigint[], p_events bytea[], p_hashes bytea[])
+                RETURNS TABLE (o_outcome text, o_digest text, o_run_json bytea,
+                               o_announced boolean)
+                LANGUAGE plpgsql AS $fn$
+                BEGIN
+                    RAISE EXCEPTION 'initialize_run was called' USING ERRCODE = 'P0001';
+                END
+                $fn$""".encode()
+            )
+            now = await backend.now()
+            starts = []
+            for i in range(7):
+                fresh = new_run(f"s{i}", ref, now, event_seq=i % 3)
+                wake = now if i % 2 else now + timedelta(hours=1)
+                evs = events_for(fresh, now, list(range(1, fresh.event_seq + 1)))
+                starts.append((owners[i % 2], init_proposal(fresh, wake), evs))
+            pilot = init_proposal(new_run("pilot", ref, now), now)
+            # the first start of a burst goes alone, through initialize_run; the rest group
+            first, *answers = await asyncio.gather(
+                backend.initialize(TENANTLESS, pilot, []),
+                *(backend.initialize(*start) for start in starts),
+            )
+            assert isinstance(first, Permanent) and "initialize_run was called" in first.reason
+            assert _grouped(backend, "_init_group") == {1: 1, len(starts): 1}
+            assert answers == [proposal.run for _, proposal, _ in starts]
+            for owner, proposal, evs in starts:
+                info = await backend.inspect_run(owner, proposal.run.id)
+                assert isinstance(info, RunInfo) and info.run == proposal.run
+                assert info.wake_at == proposal.wake_at and info.claimed_at is None
+                history = await backend.list_events(
+                    owner, proposal.run.id, EventListQuery(limit=50)
+                )
+                assert isinstance(history, EventPage) and list(history.events) == evs
+            batch = await backend.claim_due(
+                ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=3)
+            )
+            assert isinstance(batch, ClaimBatch)
+            assert sorted(lease.run_id for lease in batch.leases) == ["s1", "s3", "s5"]
+            # a taken id cannot go set-wise: initialize_run is called, and here it fails
+            again = await asyncio.gather(
+                backend.initialize(TENANTLESS, pilot, []),
+                backend.initialize(*starts[0]),
+            )
+            assert all(isinstance(a, Permanent) for a in again), again
+        finally:
+            await conn.close()
+            await backend.close()
+
+    asyncio.run(body())
