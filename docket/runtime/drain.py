@@ -280,8 +280,11 @@ class Drainer:
         """The claimed run: as the claim itself read it when the backend kept it (one
         round trip less; see :class:`ClaimedRuns`), else read now."""
         runs = self._backend.runs
-        if isinstance(runs, ClaimedRuns):
-            run = await runs.claimed_run(lease.owner, lease.run_id, lease.claim_token)
+        # isinstance(runs, ClaimedRuns) without typing's slow Protocol check per claim
+        if callable(getattr(runs, "claimed_run", None)):
+            run = await cast(ClaimedRuns, runs).claimed_run(
+                lease.owner, lease.run_id, lease.claim_token
+            )
             if isinstance(run, Run) and run.checkpoint_seq == lease.checkpoint_seq:
                 return run
         return await runs.fetch_run(lease.owner, lease.run_id)

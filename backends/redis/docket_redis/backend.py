@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
+import orjson
 from redis.asyncio import Redis
 
 from docket.contract import (
@@ -209,7 +210,9 @@ def _schedule_args(schedule: Schedule) -> tuple[str, str]:
 
 def _summary(run: Run) -> str:
     """The summary list_runs returns (index fields only; never the run document)."""
-    return json.dumps(
+    # orjson: the same compact text json.dumps(separators=(",", ":"), ensure_ascii=False)
+    # gives, at a fraction of the cost (once per commit)
+    return orjson.dumps(
         {
             "g": run.graph_id,
             "h": run.graph_hash,
@@ -219,10 +222,8 @@ def _summary(run: Run) -> str:
             "a": to_micros(run.started_at),
             "u": to_micros(run.updated_at),
             "f": None if run.finished_at is None else to_micros(run.finished_at),
-        },
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+        }
+    ).decode()
 
 
 def _event_args(valid: ValidTransition, indices: Sequence[int] | None = None) -> list[str | bytes]:
