@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import os
 import statistics
 import sys
 import tempfile
@@ -92,11 +93,30 @@ def url_of(backend: str, place: Any, trial: str, extra: str = "") -> str:
     return f"{url}{'&' if '?' in url else '?'}{extra}"
 
 
+def machine_busy() -> float:
+    """Seconds every CPU of this machine has spent busy since boot (Linux; 0 elsewhere):
+    the difference over a trial includes the database server's work, not just ours."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 async def trial(
-    url: str, shape: str, runs: int, inflight: int, warmup: int, node: str = "noop"
-) -> tuple[float, float]:
-    """Runs/s of ``runs`` runs with ``inflight`` at a time on one in-process worker, and
-    this process's CPU milliseconds per run (less sensitive to a busy machine)."""
+    url: str,
+    shape: str,
+    runs: int,
+    inflight: int,
+    warmup: int,
+    node: str = "noop",
+    tag: str = "",
+) -> tuple[float, float, float]:
+    """Runs/s of ``runs`` runs with ``inflight`` at a time on one in-process worker,
+    this process's CPU milliseconds per run (less sensitive to a busy machine), and the
+    whole machine's busy milliseconds per run (this process plus the database server)."""
     done: dict[str, asyncio.Future[None]] = {}
 
     async def observe(checkpoint: Checkpoint, context: CommitContext) -> None:
@@ -113,7 +133,7 @@ async def trial(
 
             async def client() -> None:
                 for i in queue:
-                    run_id = f"{prefix}{i}"
+                    run_id = f"{tag}{prefix}{i}"
                     done[run_id] = loop.create_future()
                     await docket.start_run(ref, {"value": 1}, run_id=run_id)
                     await asyncio.wait_for(done[run_id], 60)
@@ -124,26 +144,34 @@ async def trial(
 
         async with docket.worker(concurrency=inflight, name="profile"):
             await drive("w", warmup)
-            cpu = time.process_time()
+            cpu, busy = time.process_time(), machine_busy()
             seconds = await drive("r", runs)
-            cpu = time.process_time() - cpu
-    return runs / seconds, cpu * 1000 / runs
+            cpu, busy = time.process_time() - cpu, machine_busy() - busy
+    return runs / seconds, cpu * 1000 / runs, busy * 1000 / runs
 
 
-async def measure(args: argparse.Namespace) -> tuple[list[float], list[float]]:
+async def measure(args: argparse.Namespace) -> tuple[list[float], list[float], list[float]]:
     rates: list[float] = []
     cpus: list[float] = []
+    busies: list[float] = []
     with server(args.backend) as place:
         for rep in range(args.repeat):
             url = url_of(
                 args.backend, place, f"p{rep}_{args.shape}_{args.inflight}", args.url_extra
             )
             node = "async_noop" if args.async_nodes else "noop"
-            rate, cpu_ms = await trial(url, args.shape, args.runs, args.inflight, args.warmup, node)
+            rate, cpu_ms, busy_ms = await trial(
+                url, args.shape, args.runs, args.inflight, args.warmup, node
+            )
             rates.append(rate)
             cpus.append(cpu_ms)
-            print(f"  rep {rep}: {rate:.1f} runs/s, {cpu_ms:.2f} CPU ms/run", flush=True)
-    return rates, cpus
+            busies.append(busy_ms)
+            print(
+                f"  rep {rep}: {rate:.1f} runs/s, {cpu_ms:.2f} CPU ms/run, "
+                f"{busy_ms:.2f} machine busy ms/run",
+                flush=True,
+            )
+    return rates, cpus, busies
 
 
 def main() -> int:
@@ -161,14 +189,15 @@ def main() -> int:
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:
         profiler.enable()
-    rates, cpus = asyncio.run(measure(args))
+    rates, cpus, busies = asyncio.run(measure(args))
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(args.profile)
     print(
         f"{args.backend} {args.shape} inflight={args.inflight}: "
         f"median {statistics.median(rates):.1f} runs/s "
-        f"{statistics.median(cpus):.2f} CPU ms/run over {len(rates)}"
+        f"{statistics.median(cpus):.2f} CPU ms/run "
+        f"{statistics.median(busies):.2f} machine busy ms/run over {len(rates)}"
     )
     return 0
 
