@@ -139,7 +139,7 @@ async def run_all(args: argparse.Namespace, report: Report) -> None:
             began = time.perf_counter()
             _say(
                 f"\n### Durable: {args.runs} runs per cell (+{args.warmup} warm-up), "
-                f"in flight {args.inflight}\n"
+                f"best of {args.durable_rounds} rounds, in flight {args.inflight}\n"
             )
             for backend in args.backends:
                 missing = env.missing(backend)
@@ -157,6 +157,7 @@ async def run_all(args: argparse.Namespace, report: Report) -> None:
                                 inflight,
                                 args.runs,
                                 args.warmup,
+                                args.durable_rounds,
                             )
                         report.durable.extend(cell)
                         for r in cell:
@@ -221,6 +222,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--inflight", type=int, nargs="+", default=[1, 8, 32], help="also ceiling clients")
     add("--runs", type=int, help="measured runs per durable cell (300; quick 40)")
     add("--warmup", type=int, help="warm-up runs per durable cell (30; quick 5)")
+    add(
+        "--durable-rounds",
+        type=int,
+        help="rounds per durable cell, engines alternating; each engine's best is kept (2; "
+        "quick 1)",
+    )
     add("--batches", type=int, help="in-memory batches (15; quick 7)")
     add("--batch-size", type=int, help="in-memory runs per batch (40; quick 20)")
     add("--inline-warmup", type=int, help="in-memory warm-up runs (30; quick 10)")
@@ -245,6 +252,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     defaults = {
         "runs": (300, 40),
         "warmup": (30, 5),
+        "durable_rounds": (2, 1),
         "batches": (15, 7),
         "batch_size": (40, 20),
         "inline_warmup": (30, 10),
