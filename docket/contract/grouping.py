@@ -3,10 +3,11 @@
 A busy worker sends one commit per superstep per run; on a server backend each is a
 statement or script with its own round trip and its own client-side cost (encoding the
 call, taking a pooled connection, waiting for the reply). :class:`GroupCommit` keeps at
-most ``lanes`` sends in flight. A write that finds a lane free goes at once, alone, so an
-idle store adds no latency; writes that arrive while every lane is busy queue, and the
-next free lane sends up to ``limit`` of them as one batch. The busier the store, the
-larger the batches, the lower the cost per write.
+most ``lanes`` sends in flight. A write that finds a lane free goes at once, so an idle
+store adds no latency — with the writes submitted in the same turn of the event loop, as
+a lane takes its batch only when its task first runs; writes that arrive while every lane
+is busy queue, and the next free lane sends up to ``limit`` of them as one batch. The
+busier the store, the larger the batches, the lower the cost per write.
 
 What a batch means is the backend's business (one statement applying each write as it
 would alone, say); this class only groups and answers. A batch is sent by its own task, so
@@ -51,6 +52,7 @@ class GroupCommit(Generic[A, R]):
         self._limit = limit
         self._queue: list[tuple[A, asyncio.Future[R]]] = []
         self._busy = 0
+        self._taking = 0  # lanes started that have not taken their batch yet
         self._tasks: set[asyncio.Task[None]] = set()
         self.batches: Counter[int] = Counter()
 
@@ -70,15 +72,23 @@ class GroupCommit(Generic[A, R]):
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _start(self) -> None:
-        while self._queue and self._busy < self._lanes:
-            batch, self._queue = self._queue[: self._limit], self._queue[self._limit :]
-            self.batches[len(batch)] += 1
+        # A started lane takes its batch only when its task first runs: writes submitted
+        # meanwhile (in the same turn of the event loop) join it instead of queueing
+        # behind it, at no extra latency (the task would first run then anyway).
+        while self._busy < self._lanes and len(self._queue) > self._taking * self._limit:
             self._busy += 1
-            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            self._taking += 1
+            task = asyncio.get_running_loop().create_task(self._flush())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _flush(self, batch: list[tuple[A, asyncio.Future[R]]]) -> None:
+    async def _flush(self) -> None:
+        self._taking -= 1
+        batch, self._queue = self._queue[: self._limit], self._queue[self._limit :]
+        if not batch:  # an earlier lane took them all
+            self._busy -= 1
+            return
+        self.batches[len(batch)] += 1
         try:
             answers = await self._send([write for write, _ in batch])
             if len(answers) != len(batch):

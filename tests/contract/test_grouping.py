@@ -30,12 +30,37 @@ def test_writes_behind_a_busy_lane_go_together_and_answer_in_order() -> None:
     async def body() -> None:
         store = Store()
         group = GroupCommit(store.send, lanes=1, limit=3)
+        first = asyncio.ensure_future(group.submit(0))
+        while not group.batches:  # the store is idle: it goes at once, alone
+            await asyncio.sleep(0)
+        calls = [asyncio.ensure_future(group.submit(i)) for i in range(1, 6)]
+        await asyncio.sleep(0)
+        store.release.set()
+        assert await asyncio.gather(first, *calls) == [0, 10, 20, 30, 40, 50]
+        assert store.sent == [[0], [1, 2, 3], [4, 5]]  # alone first, then up to the limit
+        assert group.batches == {1: 1, 3: 1, 2: 1}
+
+    asyncio.run(body())
+
+
+def test_writes_of_one_turn_of_the_loop_go_together() -> None:
+    """A lane takes its batch when its task first runs, so writes submitted in the same
+    turn of the event loop as the one that started it go with it (up to the limit)."""
+
+    async def body() -> None:
+        store = Store()
+        group = GroupCommit(store.send, lanes=1, limit=4)
         calls = [asyncio.ensure_future(group.submit(i)) for i in range(6)]
         await asyncio.sleep(0)
         store.release.set()
         assert await asyncio.gather(*calls) == [0, 10, 20, 30, 40, 50]
-        assert store.sent == [[0], [1, 2, 3], [4, 5]]  # alone first, then up to the limit
-        assert group.batches == {1: 1, 3: 1, 2: 1}
+        assert store.sent == [[0, 1, 2, 3], [4, 5]]
+        lanes = GroupCommit(store.send, lanes=3, limit=2)
+        more = [asyncio.ensure_future(lanes.submit(i)) for i in range(5)]
+        assert await asyncio.gather(*more) == [0, 10, 20, 30, 40]
+        # three lanes free: one per full batch, no lane left without writes
+        assert store.sent[2:] == [[0, 1], [2, 3], [4]]
+        assert lanes.batches == {2: 2, 1: 1}
 
     asyncio.run(body())
 

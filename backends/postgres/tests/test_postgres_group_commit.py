@@ -1,16 +1,17 @@
 """Group commit on PostgreSQL: commits that queue while the lanes are busy go as one
 ``commit_runs`` statement, and each still gets exactly the answer it would get alone.
 
-Every test here uses ``commit_lanes=1``: the first commit of a burst goes alone, the rest
-queue behind it and go together, so grouping is certain rather than left to timing.
+Every test here uses ``commit_lanes=1``: a burst submitted at once goes as one batch (the
+lane takes what was submitted in its turn of the event loop), and what queues behind a
+busy lane goes together, so grouping is certain rather than left to timing.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import pytest
@@ -59,6 +60,7 @@ from docket.records import (
 )
 
 Names = Callable[[str], str]
+T = TypeVar("T")
 
 
 async def _claimed_runs(
@@ -88,6 +90,18 @@ def _grouped(backend: PostgresBackend, which: str = "_group") -> dict[int, int]:
     assert group is not None
     assert max(group.batches) > 1, f"nothing was grouped: {dict(group.batches)}"
     return dict(group.batches)
+
+
+async def _behind(
+    backend: PostgresBackend, which: str, alone: Awaitable[T], rest: list[Awaitable[T]]
+) -> list[T]:
+    """``alone`` sent by itself (the lane was free), then ``rest`` submitted while it is in
+    flight (with ``commit_lanes=1`` they queue, and go as one batch)."""
+    group: GroupCommit[Any, Any] = getattr(backend, which)
+    first = asyncio.ensure_future(alone)
+    while not group.batches:  # until its lane has taken it
+        await asyncio.sleep(0)
+    return [await first, *await asyncio.gather(*rest)]
 
 
 def _check_answers(answers: Sequence[object], expected: Sequence[object]) -> None:
@@ -209,10 +223,13 @@ def test_usual_commits_of_a_group_are_applied_set_wise(pg_url: str, schema_name:
                 )
             _, pilot_run, pilot_lease = held["pilot"]
             pilot = claimed(successor(pilot_run, now), pilot_lease.claim_token)
-            # the first commit of a burst goes alone, through commit_run; the rest group
-            first, *answers = await asyncio.gather(
+            # a commit that finds the lane free goes alone, through commit_run; the ones
+            # that queue behind it go together
+            first, *answers = await _behind(
+                backend,
+                "_group",
                 backend.commit_claimed(TENANTLESS, pilot, []),
-                *(backend.commit_claimed(held[i][0], *proposals[i]) for i in ids),
+                [backend.commit_claimed(held[i][0], *proposals[i]) for i in ids],
             )
             assert isinstance(first, Permanent) and "commit_run was called" in first.reason
             assert _grouped(backend) == {1: 1, len(ids): 1}
@@ -240,7 +257,6 @@ def test_usual_commits_of_a_group_are_applied_set_wise(pg_url: str, schema_name:
             current = proposals["u0"][0].run
             fresh = claimed(successor(current, now), lease.claim_token)
             got = await asyncio.gather(
-                backend.commit_claimed(TENANTLESS, pilot, []),
                 backend.commit_claimed(held["u0"][0], fresh, []),
                 backend.commit_claimed(held["u0"][0], stale, []),
             )
@@ -434,10 +450,13 @@ def test_usual_run_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_na
                 evs = events_for(fresh, now, list(range(1, fresh.event_seq + 1)))
                 starts.append((owners[i % 2], init_proposal(fresh, wake), evs))
             pilot = init_proposal(new_run("pilot", ref, now), now)
-            # the first start of a burst goes alone, through initialize_run; the rest group
-            first, *answers = await asyncio.gather(
+            # a start that finds the lane free goes alone, through initialize_run; the ones
+            # that queue behind it go together
+            first, *answers = await _behind(
+                backend,
+                "_init_group",
                 backend.initialize(TENANTLESS, pilot, []),
-                *(backend.initialize(*start) for start in starts),
+                [backend.initialize(*start) for start in starts],
             )
             assert isinstance(first, Permanent) and "initialize_run was called" in first.reason
             assert _grouped(backend, "_init_group") == {1: 1, len(starts): 1}
@@ -456,8 +475,9 @@ def test_usual_run_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_na
             assert isinstance(batch, ClaimBatch)
             assert sorted(lease.run_id for lease in batch.leases) == ["s1", "s3", "s5"]
             # a taken id cannot go set-wise: initialize_run is called, and here it fails
+            fresh_start = init_proposal(new_run("fresh", ref, now), now)
             again = await asyncio.gather(
-                backend.initialize(TENANTLESS, pilot, []),
+                backend.initialize(TENANTLESS, fresh_start, []),
                 backend.initialize(*starts[0]),
             )
             assert all(isinstance(a, Permanent) for a in again), again

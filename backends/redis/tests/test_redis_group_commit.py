@@ -2,8 +2,9 @@
 node, and each still gets exactly the answer it would get alone — on one server and on a
 Cluster, with the script cache flushed first (every pipelined ``EVALSHA`` meets NOSCRIPT).
 
-``commit_lanes=1`` makes grouping certain: the first commit of a burst goes alone, the rest
-queue behind it and go together.
+``commit_lanes=1`` makes grouping certain: a burst submitted at once goes as one batch
+(the lane takes what was submitted in its turn of the event loop), and what queues behind
+a busy lane goes together.
 """
 
 from __future__ import annotations
