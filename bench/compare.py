@@ -232,7 +232,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--batch-size", type=int, help="in-memory runs per batch (40; quick 20)")
     add("--inline-warmup", type=int, help="in-memory warm-up runs (30; quick 10)")
     add("--ceiling-seconds", type=float, help="seconds per ceiling level (4; quick 1)")
-    add("--ceiling-runs", type=int, help="docket chain_10 runs per ceiling level (150; quick 30)")
+    add("--ceiling-runs", type=int, help="docket chain_10 runs per ceiling level (400; quick 30)")
     add("--ceiling-repeats", type=int, help="raw/docket pairs per level (3; quick 2)")
     add(
         "--ceiling-workers",
@@ -257,7 +257,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "batch_size": (40, 20),
         "inline_warmup": (30, 10),
         "ceiling_seconds": (4.0, 1.0),
-        "ceiling_runs": (150, 30),
+        "ceiling_runs": (400, 30),
         "ceiling_repeats": (3, 2),
         "growth_runs": (100_000, 10_000),
         "growth_events": (1_000_000, 100_000),
