@@ -963,9 +963,49 @@ _INITIALIZE_RUNS_V2_ARGS: Final = (
     "timestamptz[], timestamptz[], timestamptz[], bytea[], text[], timestamptz[], "
     "timestamptz, integer[], bigint[], bytea[], bytea[]"
 )
+# Version 3 also gives ``claim_due`` a set-wise fast path: with the blind policy and no
+# expired claim anywhere, a claim is just the first ready runs in (wake, run id, owner)
+# order that no one else holds — one statement (``FOR UPDATE SKIP LOCKED`` on the due
+# index) instead of a statement or two per candidate. Anything else, or nothing found
+# that way, takes the general passes as before.
+_V1_CLAIM_DUE: Final = next(f for f in _V1 if "FUNCTION @schema@.claim_due(" in f)
+_CLAIM_DECLARE: Final = "    v_any boolean;\nBEGIN\n"
+_CLAIM_PASSES: Final = "    FOR v_pass IN 1 .. 3 LOOP\n"
+assert _V1_CLAIM_DUE.count(_CLAIM_DECLARE) == 1 and _V1_CLAIM_DUE.count(_CLAIM_PASSES) == 1
+_V3_CLAIM_DUE: Final = (
+    _V1_CLAIM_DUE.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+    .replace(_CLAIM_DECLARE, "    v_any boolean;\n    f record;\nBEGIN\n")
+    .replace(
+        _CLAIM_PASSES,
+        """    IF NOT p_fair AND NOT EXISTS (
+            SELECT 1 FROM @schema@.live r
+            WHERE r.status = 'running' AND r.poisoned_at IS NULL
+              AND r.claim_token IS NOT NULL AND r.claimed_at < v_cutoff) THEN
+        -- no expired claim: the first ready runs no one holds, in the general order
+        FOR f IN
+            SELECT r.tenant, r.run_id, r.wake_at, r.claim_attempts FROM @schema@.live r
+            WHERE r.status = 'running' AND r.poisoned_at IS NULL
+              AND r.claim_token IS NULL AND r.wake_at <= v_now
+            ORDER BY r.wake_at, r.run_id, r.tenant
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            c_tenant := array_append(c_tenant, f.tenant);
+            c_id := array_append(c_id, f.run_id);
+            c_at := array_append(c_at, f.wake_at);
+            c_attempts := array_append(c_attempts, f.claim_attempts);
+        END LOOP;
+    END IF;
+    FOR v_pass IN 1 .. 3 LOOP
+        EXIT WHEN cardinality(c_id) > 0;  -- the fast path above found work
+""",
+    )
+)
+
 _V3: Final[tuple[str, ...]] = (
     f"DROP FUNCTION @schema@.commit_runs({_COMMIT_RUNS_V2_ARGS})",
     f"DROP FUNCTION @schema@.initialize_runs({_INITIALIZE_RUNS_V2_ARGS})",
+    _V3_CLAIM_DUE,
     """CREATE FUNCTION @schema@.commit_runs(
     p_tenants text[], p_run_ids text[], p_transition_ids text[], p_digests text[],
     p_graph_ids text[], p_graph_hashes text[], p_started_ats timestamptz[],
