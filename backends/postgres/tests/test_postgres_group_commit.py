@@ -104,6 +104,26 @@ async def _behind(
     return [await first, *await asyncio.gather(*rest)]
 
 
+async def _make_fail(conn: Any, schema: str, function: str) -> None:
+    """Replace ``function`` (same arguments, same result) with one that raises
+    "<function> was called": a test can then tell which path a write took."""
+    cur = await conn.execute(
+        "SELECT pg_get_function_arguments(p.oid), pg_get_function_result(p.oid) "
+        "FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = %s AND p.proname = %s",
+        (schema, function),
+    )
+    [(arguments, result)] = await cur.fetchall()
+    await conn.execute(
+        f"""CREATE OR REPLACE FUNCTION "{schema}".{function}({arguments}) RETURNS {result}
+        LANGUAGE plpgsql AS $fn$
+        BEGIN
+            RAISE EXCEPTION '{function} was called' USING ERRCODE = 'P0001';
+        END
+        $fn$""".encode()
+    )
+
+
 def _check_answers(answers: Sequence[object], expected: Sequence[object]) -> None:
     """Each answer is the expected value, or an instance of the expected error type."""
     for answer, want in zip(answers, expected, strict=True):
@@ -177,26 +197,7 @@ def test_usual_commits_of_a_group_are_applied_set_wise(pg_url: str, schema_name:
             ids = [f"u{i}" for i in range(9)]
             owners: list[OwnerScope] = [Tenant("acme") if i % 3 else TENANTLESS for i in range(9)]
             held = await _claimed_runs(backend, [*owners, TENANTLESS], [*ids, "pilot"])
-            await conn.execute(
-                f"""CREATE OR REPLACE FUNCTION "{schema}".commit_run(
-                    p_tenant text, p_run_id text, p_transition_id text, p_digest text,
-                    p_graph_id text, p_graph_hash text, p_started_at timestamptz,
-                    p_expected bigint, p_claimed boolean, p_token text,
-                    p_status text, p_step bigint, p_checkpoint_seq bigint, p_event_seq bigint,
-                    p_updated_at timestamptz, p_finished_at timestamptz, p_run_json bytea,
-                    p_checkpoint_type text, p_schedule text, p_wake_at timestamptz,
-                    p_now timestamptz, p_seqs bigint[], p_events bytea[], p_hashes bytea[])
-                RETURNS TABLE (
-                    o_outcome text, o_digest text, o_graph_id text, o_graph_hash text,
-                    o_started_at timestamptz, o_checkpoint_seq bigint, o_token_held boolean,
-                    o_event_seq bigint, o_stored bytea[], o_run_json bytea,
-                    o_announced boolean)
-                LANGUAGE plpgsql AS $fn$
-                BEGIN
-                    RAISE EXCEPTION 'commit_run was called' USING ERRCODE = 'P0001';
-                END
-                $fn$""".encode()
-            )
+            await _make_fail(conn, schema, "commit_run")
             now = await backend.now()
             schedules: list[Schedule] = [
                 RetainClaim(),
@@ -426,22 +427,7 @@ def test_usual_run_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_na
             owners: list[OwnerScope] = [TENANTLESS, Tenant("acme")]
             for owner in owners:
                 assert isinstance(await backend.save_graph(owner, ref, document), GraphVersion)
-            await conn.execute(
-                f"""CREATE OR REPLACE FUNCTION "{schema}".initialize_run(
-                    p_tenant text, p_run_id text, p_transition_id text, p_digest text,
-                    p_graph_id text, p_graph_hash text, p_status text, p_step bigint,
-                    p_checkpoint_seq bigint, p_event_seq bigint, p_started_at timestamptz,
-                    p_updated_at timestamptz, p_finished_at timestamptz, p_run_json bytea,
-                    p_checkpoint_type text, p_wake_at timestamptz, p_now timestamptz,
-                    p_seqs bigint[], p_events bytea[], p_hashes bytea[])
-                RETURNS TABLE (o_outcome text, o_digest text, o_run_json bytea,
-                               o_announced boolean)
-                LANGUAGE plpgsql AS $fn$
-                BEGIN
-                    RAISE EXCEPTION 'initialize_run was called' USING ERRCODE = 'P0001';
-                END
-                $fn$""".encode()
-            )
+            await _make_fail(conn, schema, "initialize_run")
             now = await backend.now()
             starts = []
             for i in range(7):
