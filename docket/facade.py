@@ -26,7 +26,7 @@ import reprlib
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar
 
 import attrs
@@ -253,6 +253,7 @@ class Docket:
         self.tenant_mode: TenantMode = tenant_mode
         self.nodes = nodes if nodes is not None else NodeRegistry()
         self.backend, self._owns_backend = _backend(backend, backend_options)
+        self._clock: Callable[[], Awaitable[datetime]] | None = None  # see start_run
         if telemetry is not None and not isinstance(telemetry, Telemetry):
             raise InvalidOptions(
                 f"telemetry must be a docket.telemetry.Telemetry, got {type(telemetry).__name__}"
@@ -485,7 +486,9 @@ class Docket:
         incompatible = check_execution_policy(rtg, host_limits(self.settings))
         if incompatible is not None:
             raise from_core(incompatible)
-        now = await stamp_clock(self.backend)()
+        if self._clock is None:  # looked up once: a Protocol isinstance is slow
+            self._clock = stamp_clock(self.backend)
+        now = await self._clock()
         created = build_initial_run(
             rtg, input, run_id=run_id or self._ids("run"), now=now, metadata=meta
         )

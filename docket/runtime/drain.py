@@ -189,6 +189,8 @@ class Drainer:
         # no round trip per superstep on a server; looked up on first use, because a
         # Drainer may be built before the backend has been negotiated
         self._clock: Callable[[], Awaitable[datetime]] | None = None
+        self._claimed_runs: ClaimedRuns | None = None  # looked up on first use, likewise
+        self._claimed_known = False
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._graphs = graphs
         self._settings = settings
@@ -280,11 +282,12 @@ class Drainer:
         """The claimed run: as the claim itself read it when the backend kept it (one
         round trip less; see :class:`ClaimedRuns`), else read now."""
         runs = self._backend.runs
-        # isinstance(runs, ClaimedRuns) without typing's slow Protocol check per claim
-        if callable(getattr(runs, "claimed_run", None)):
-            run = await cast(ClaimedRuns, runs).claimed_run(
-                lease.owner, lease.run_id, lease.claim_token
-            )
+        if not self._claimed_known:  # a Protocol isinstance is slow: once, not per claim
+            self._claimed_runs = runs if isinstance(runs, ClaimedRuns) else None
+            self._claimed_known = True
+        claimed = self._claimed_runs
+        if claimed is not None:
+            run = await claimed.claimed_run(lease.owner, lease.run_id, lease.claim_token)
             if isinstance(run, Run) and run.checkpoint_seq == lease.checkpoint_seq:
                 return run
         return await runs.fetch_run(lease.owner, lease.run_id)

@@ -28,7 +28,7 @@ import random
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Literal, TypeAlias, TypeVar, cast
+from typing import Literal, TypeAlias, TypeVar
 
 import attrs
 
@@ -94,12 +94,7 @@ os.register_at_fork(after_in_child=_ID_SOURCE.reseed)
 def stamp_clock(backend: Backend) -> Callable[[], Awaitable[datetime]]:
     """What the runtime stamps new work with: the store's clock, through its cheap
     ``sampled_now()`` where it has one (a server backend, see ``SampledNow``)."""
-    # What isinstance(backend, SampledNow) decides (a runtime-checkable Protocol only
-    # looks for the method), without typing's slow Protocol check on every start.
-    sampled = getattr(backend, "sampled_now", None)
-    if callable(sampled):
-        return cast(SampledNow, backend).sampled_now
-    return backend.now
+    return backend.sampled_now if isinstance(backend, SampledNow) else backend.now
 
 
 def random_ids(kind: str) -> str:
