@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import attrs
 import pytest
@@ -96,7 +97,7 @@ def test_field_rules_stay_a_fresh_copy_and_the_cache_is_read_only() -> None:
     rules.clear()
     assert rtg.field_rules() == _general_field_rules(rtg) != {}
     with pytest.raises(TypeError):
-        rtg.field_rule_map["result"] = FieldRule()  # type: ignore[index]
+        rtg.field_rule_map["result"] = FieldRule()  # type: ignore[index]  # read-only on purpose
 
 
 def test_derivations_follow_an_evolved_graph_and_stay_out_of_equality() -> None:
@@ -158,9 +159,9 @@ def _run() -> Run:
 def test_evolve_run_matches_attrs_evolve() -> None:
     run = _run()
     later = run.updated_at + timedelta(seconds=1)
-    changes = {"step": 2, "updated_at": later, "checkpoint_seq": 4, "event_seq": 9}
+    changes: dict[str, Any] = {"step": 2, "updated_at": later, "checkpoint_seq": 4, "event_seq": 9}
     fast = moment_module._evolve_run(run, dict(changes))
-    assert fast == attrs.evolve(run, **changes)  # type: ignore[arg-type]
+    assert fast == attrs.evolve(run, **changes)
     assert fast.__class__ is Run
     assert moment_module._evolve_run(run, {}) == run
     with pytest.raises(TypeError):
