@@ -9,6 +9,7 @@ activations, which is what makes a crashed superstep replayable.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Final, TypeAlias
@@ -93,7 +94,6 @@ class Activation:
     node_id: str
     step: int
     attempt: int
-    input_hash: str
     idempotency_key: str
     snapshot: JSONDict
     source_versions: dict[str, int]
@@ -101,6 +101,18 @@ class Activation:
     timeout_ms: int
     retry: RetryPolicy
     failures: tuple[TaskFailure, ...] = ()
+    recorded_input_hash: str | None = None  # a parked attempt's, as its task recorded it
+
+    @functools.cached_property
+    def input_hash(self) -> str:
+        """``content_hash(snapshot)``, or the recorded hash of a parked attempt.
+
+        Worked out when first read: only an attempt that parks (a retry) records it, so a
+        superstep that commits never hashes the whole state (a long history made this
+        the dearest part of planning)."""
+        if self.recorded_input_hash is not None:
+            return self.recorded_input_hash
+        return content_hash(self.snapshot)
 
 
 @attrs.frozen(kw_only=True)
@@ -266,7 +278,6 @@ def fresh_activations(
     """First attempts of a new superstep, all against one snapshot of the committed run."""
     view = snapshot(rtg, run.channels)
     versions = source_versions(rtg, run.channels)
-    digest = content_hash(view)
     out: list[Activation] = []
     for node_id in sorted(node_ids):
         node = rtg.nodes[node_id]
@@ -281,7 +292,6 @@ def fresh_activations(
                 node_id=node_id,
                 step=run.step,
                 attempt=1,
-                input_hash=digest,
                 idempotency_key=idempotency_key(task, 1),
                 snapshot=view,
                 source_versions=versions,
@@ -319,7 +329,7 @@ def resumed_activations(
                 node_id=task.node_id,
                 step=task.step,
                 attempt=task.attempt,
-                input_hash=task.input_hash,
+                recorded_input_hash=task.input_hash,
                 idempotency_key=task.idempotency_key,
                 snapshot=task.snapshot,
                 source_versions=dict(task.source_versions),

@@ -77,15 +77,26 @@ def project_outputs(rtg: RuntimeGraph, channels: Mapping[str, ChannelState]) -> 
     return out
 
 
+_CONTAINERS = (dict, list)  # a tuple: faster to test than the union type
+
+
 def copy_json(value: JSONValue) -> JSONValue:
     """A deep copy of a durable value (lists and dicts are rebuilt, scalars shared)."""
+    # Scalars are tested in place rather than by a call each: a long list of strings (a
+    # chat history) is copied at list-comprehension speed.
     if isinstance(value, dict):
-        return {key: copy_json(item) for key, item in value.items()}
+        return {
+            key: copy_json(item) if isinstance(item, _CONTAINERS) else item
+            for key, item in value.items()
+        }
     if isinstance(value, list):
-        return [copy_json(item) for item in value]
+        return [copy_json(item) if isinstance(item, _CONTAINERS) else item for item in value]
     return value
 
 
 def copy_dict(value: JSONDict) -> JSONDict:
     """A deep copy of a durable dict."""
-    return {key: copy_json(item) for key, item in value.items()}
+    return {
+        key: copy_json(item) if isinstance(item, _CONTAINERS) else item
+        for key, item in value.items()
+    }
