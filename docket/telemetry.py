@@ -43,6 +43,7 @@ from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar, cast
 
 import attrs
 
+from docket.contract.grouping import commit_claimed_in_order
 from docket.core.outcomes import Completed, Failed, Interrupted, TaskOutcome
 from docket.errors import InvalidOptions
 from docket.records import Checkpoint, EventType
@@ -529,6 +530,15 @@ class _InstrumentedStore:
         target = getattr(self._store, name)
         if name.startswith("_") or not callable(target):
             return target
+        if name == "commit_claimed_chain":
+            # Each commit of a chain is its own operation, as when sent alone: chained
+            # through this view, so every one of them has its span.
+            view = self
+
+            async def chain(owner: Any, commits: Any) -> object:
+                return await commit_claimed_in_order(cast(Any, view), owner, commits)
+
+            return chain
         bus, store_name = self._bus, self._store_name
 
         async def operation(*args: object, **kwargs: object) -> object:

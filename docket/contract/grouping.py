@@ -21,12 +21,19 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from docket.contract.errors import Retryable, TransitionResult
+
+if TYPE_CHECKING:
+    from docket.contract.proposals import ClaimedProposal
+    from docket.contract.protocols import TransitionStore
+    from docket.records import Event, OwnerScope
 
 A = TypeVar("A")
 R = TypeVar("R")
 
-__all__ = ["GroupCommit"]
+__all__ = ["GroupCommit", "commit_claimed_in_order"]
 
 
 class GroupCommit(Generic[A, R]):
@@ -110,3 +117,28 @@ class GroupCommit(Generic[A, R]):
         finally:
             self._busy -= 1
             self._start()
+
+
+async def commit_claimed_in_order(
+    store: TransitionStore,
+    owner: OwnerScope,
+    commits: Sequence[tuple[ClaimedProposal, Sequence[Event]]],
+) -> list[TransitionResult]:
+    """``ChainedCommits.commit_claimed_chain`` for a store that applies writes in the order
+    they are submitted: each commit goes through ``store.commit_claimed`` (so a subclass's
+    own checks still apply), all started in this turn of the event loop, in order — one
+    batch of a :class:`GroupCommit` when they fit in it, answered together. A commit that
+    raised is answered ``Retryable`` (its outcome is unknown; resending it resolves it)."""
+    started = [asyncio.ensure_future(store.commit_claimed(owner, p, e)) for p, e in commits]
+    answers = await asyncio.gather(*started, return_exceptions=True)
+    out: list[TransitionResult] = []
+    for answer in answers:
+        if isinstance(answer, (TypeError, ValueError, AssertionError)):
+            raise answer  # a programming error, as commit_claimed would raise it
+        if isinstance(answer, BaseException):
+            if not isinstance(answer, Exception):
+                raise answer
+            out.append(Retryable(f"outcome unknown: {type(answer).__name__}: {answer}"))
+        else:
+            out.append(answer)
+    return out

@@ -231,6 +231,26 @@ class SampledNow(Protocol):
     async def sampled_now(self) -> datetime: ...
 
 
+@runtime_checkable
+class ChainedCommits(Protocol):
+    """Optional on a transition store: claimed commits of one run sent back to back.
+
+    ``commit_claimed_chain(owner, commits)`` sends each ``(proposal, events)`` exactly as
+    ``commit_claimed`` would send it alone, in the given order and without waiting for the
+    answers in between, and answers each as ``commit_claimed`` would (an unknown outcome
+    as ``Retryable``). A later commit is fenced on an earlier one's checkpoint, so it can
+    only land after it: if it reaches the store first, or the earlier one does not land,
+    it is refused (``StaleCheckpoint``) and nothing is applied for it. The worker uses it
+    to send a run's completion behind its last superstep, saving the completion a round
+    trip of its own; a store that applies writes in the order they were submitted (one
+    batch of a :class:`~docket.contract.grouping.GroupCommit`, a single writer's queue)
+    gets it from :func:`~docket.contract.grouping.commit_claimed_in_order`."""
+
+    async def commit_claimed_chain(
+        self, owner: OwnerScope, commits: Sequence[tuple[ClaimedProposal, Sequence[Event]]]
+    ) -> list[TransitionResult]: ...
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -241,6 +261,7 @@ STORE_PROTOCOLS: dict[str, type] = {
 __all__ = [
     "STORE_PROTOCOLS",
     "Backend",
+    "ChainedCommits",
     "ClaimedRuns",
     "EventStore",
     "GraphSaveResult",

@@ -41,7 +41,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Literal, TypeAlias, cast
 
@@ -52,11 +52,13 @@ from docket.contract.errors import (
     NotFound,
     Poisoned,
     Rescheduled,
+    Retryable,
     StaleAbandon,
     StaleCheckpoint,
+    TransitionResult,
 )
-from docket.contract.proposals import AbandonPolicy, Backoff, Lease
-from docket.contract.protocols import Backend, ClaimedRuns
+from docket.contract.proposals import AbandonPolicy, Backoff, ClaimedProposal, Lease, Terminal
+from docket.contract.protocols import Backend, ChainedCommits, ClaimedRuns, TransitionStore
 from docket.core.advance import advance
 from docket.core.errors import CoreError
 from docket.core.moment import (
@@ -74,7 +76,7 @@ from docket.core.plan import Dispatch, HostLimits, check_execution_policy
 from docket.core.proposals import claimed_proposal
 from docket.core.settle import settle
 from docket.graph.compiler import RuntimeGraph
-from docket.records import GraphRef, Run, RunStatus, tenant_id_of
+from docket.records import Event, GraphRef, OwnerScope, Run, RunStatus, tenant_id_of
 from docket.runtime.execute import execute
 from docket.runtime.graphs import GraphCache, GraphProblem
 from docket.runtime.lifecycle import (
@@ -191,6 +193,7 @@ class Drainer:
         self._clock: Callable[[], Awaitable[datetime]] | None = None
         self._claimed_runs: ClaimedRuns | None = None  # looked up on first use, likewise
         self._claimed_known = False
+        self._chains: bool | None = None  # whether commits chain; decided on first use
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._graphs = graphs
         self._settings = settings
@@ -308,16 +311,26 @@ class Drainer:
         # first superstep starts at the claim's own store timestamp, and each later one
         # at the time the previous one settled, the commit between them taken as instant.
         known_now: datetime | None = lease.claimed_at
+        # The next superstep's plan, made before this one's commit (see _look_ahead);
+        # for a terminal moment, with its commit sent in one chain behind this one's.
+        planned: _Planned | None = None
         while True:
             with self._step_span(run) as span:
-                if heartbeat.lost.is_set():
+                sent: _Sent | None = None
+                # A commit chained behind the last one was sent already: hear its answer.
+                behind = planned is not None and planned.sent is not None
+                if not behind and heartbeat.lost.is_set():
                     return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
-                now = known_now if known_now is not None else await self._now()
-                known_now = None
-                step = advance(rtg, run, now=now, limits=self._limits, resume_floor=floor)
-                floor = None
+                if planned is not None:
+                    step, sent, planned = planned.step, planned.sent, None
+                    known_now = None
+                else:
+                    now = known_now if known_now is not None else await self._now()
+                    known_now = None
+                    step = advance(rtg, run, now=now, limits=self._limits, resume_floor=floor)
+                    floor = None
                 if isinstance(step, Dispatch):
-                    outcomes = await self._execute(rtg, step, heartbeat, now)
+                    outcomes = await self._execute(rtg, step, heartbeat, step.now)
                     if outcomes is None:
                         return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
                     known_now = await self._now()
@@ -342,21 +355,26 @@ class Drainer:
                     or stopping()
                 ):
                     rewritten = yield_moment(moment)
-                    assert isinstance(rewritten, Moment), rewritten  # a continue moment yields
+                    assert isinstance(rewritten, Moment), rewritten  # a continue yields
                     moment, yielded = rewritten, True
-                if heartbeat.lost.is_set():
-                    return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
-                proposal = claimed_proposal(
-                    moment,
-                    run.checkpoint_seq,
-                    lease.claim_token,
-                    transition_id=self._ids("transition"),
-                )
-                send = functools.partial(
-                    self._backend.transitions.commit_claimed, lease.owner, proposal, moment.events
-                )
-                stored = await commit(send, self._policy, what=f"commit of run {run.id}")
+                if sent is None:
+                    if heartbeat.lost.is_set():
+                        return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
+                    sent = self._send(lease, moment, run.checkpoint_seq)
+                    chain = self._chained()
+                    if (
+                        chain is not None
+                        and isinstance(moment.disposition, Continue)
+                        and known_now is not None
+                    ):
+                        planned = self._look_ahead(lease, rtg, moment, known_now)
+                        if planned.sent is not None:
+                            await _send_chained(chain, lease.owner, sent, planned.sent)
+                stored = await sent.answer(behind=behind)
                 if not isinstance(stored, Run):
+                    if planned is not None and planned.sent is not None:
+                        planned.sent.dropped(run.id)
+                    planned = None
                     await self._release(lease)
                     if isinstance(stored, StaleCheckpoint):
                         log.info("run %s moved on under another holder; stopping", run.id)
@@ -379,7 +397,9 @@ class Drainer:
                     )
                 if self._telemetry:
                     self._telemetry.committed(
-                        moment.checkpoint(), operation="moment", tenant_id=tenant_id_of(lease.owner)
+                        moment.checkpoint(),
+                        operation="moment",
+                        tenant_id=tenant_id_of(lease.owner),
                     )
                 if self._observers:
                     context = CommitContext(tenant_id=tenant_id_of(lease.owner), operation="moment")
@@ -393,6 +413,43 @@ class Drainer:
                         detail=wake_name(moment.disposition),
                         yielded=yielded,
                     )
+
+    def _send(self, lease: Lease, moment: Moment, expected_seq: int) -> _Sent:
+        proposal = claimed_proposal(
+            moment, expected_seq, lease.claim_token, transition_id=self._ids("transition")
+        )
+        return _Sent(lease.owner, proposal, moment.events, self._backend.transitions, self._policy)
+
+    def _chained(self) -> ChainedCommits | None:
+        """The transition store, if it chains commits. The store is read each time (a
+        telemetry view of it comes and goes with its listeners); whether it chains is
+        decided once (a Protocol isinstance is slow)."""
+        store = self._backend.transitions
+        if self._chains is None:
+            self._chains = isinstance(store, ChainedCommits)
+        return cast(ChainedCommits, store) if self._chains else None
+
+    def _look_ahead(
+        self, lease: Lease, rtg: RuntimeGraph, moment: Moment, now: datetime
+    ) -> _Planned:
+        """Plan the superstep after ``moment`` before ``moment`` is committed.
+
+        A commit that lands answers the proposed run (the contract's rule), and planning
+        is a pure function of the run and ``now`` — the same ``now`` the next superstep
+        would start at — so this is the plan the next turn of the loop would make. When
+        that plan is the run's end (its completion, or a failure found by planning), which
+        needs no node work, its commit is prepared too, to go in one chain behind
+        ``moment``'s (see :class:`ChainedCommits`): a run's last checkpoint then costs no
+        round trip of its own.
+        """
+        step = advance(rtg, moment.run, now=now, limits=self._limits, resume_floor=None)
+        if (
+            isinstance(step, Moment)
+            and isinstance(step.disposition, Park)
+            and isinstance(step.disposition.wake, Terminal)
+        ):
+            return _Planned(step, self._send(lease, step, moment.run.checkpoint_seq))
+        return _Planned(step, None)
 
     async def _now(self) -> datetime:
         if self._clock is None:
@@ -539,6 +596,60 @@ class Drainer:
 
         answer = await self._abandon(lease, policy)
         return DrainOutcome(kind="deferred", run_id=run.id, commits=commits, detail=_name(answer))
+
+
+@attrs.frozen
+class _Planned:
+    """The next superstep's plan, and its commit if that was chained behind the last."""
+
+    step: Dispatch | Moment | NotDue | CoreError | Terminated | Wait
+    sent: _Sent | None
+
+
+class _Sent:
+    """One claimed commit, sent with the runtime's commit discipline (tries of the same
+    proposal). Its first try may have gone in a chain (:func:`_send_chained`); ``tried``
+    holds that answer."""
+
+    def __init__(
+        self,
+        owner: OwnerScope,
+        proposal: ClaimedProposal,
+        events: Sequence[Event],
+        store: TransitionStore,
+        policy: CommitPolicy,
+    ) -> None:
+        self.proposal = proposal
+        self.events = events
+        self.tried: TransitionResult | None = None
+        self._send = functools.partial(store.commit_claimed, owner, proposal, events)
+        self._policy = policy
+
+    async def answer(self, *, behind: bool = False) -> TransitionResult | Retryable:
+        """The commit's definite answer. ``behind``: it was chained behind another commit,
+        so a stale refusal of its first try may only mean it arrived first."""
+        tried, self.tried = self.tried, None
+        if tried is not None and not isinstance(tried, Retryable):  # noqa: SIM102
+            if not (behind and isinstance(tried, StaleCheckpoint)):
+                return tried
+        what = f"commit of run {self.proposal.run.id}"
+        return await commit(self._send, self._policy, what=what)
+
+    def dropped(self, run_id: str) -> None:
+        """The commit this one was chained behind failed: this one cannot have landed
+        (fenced on it), unless that failure was only an unknown outcome."""
+        if isinstance(self.tried, Run):
+            log.warning("run %s ended by a chained commit after an unknown outcome", run_id)
+        self.tried = None
+
+
+async def _send_chained(chain: ChainedCommits, owner: OwnerScope, *sent: _Sent) -> None:
+    """First tries of ``sent``, back to back in one chain; each keeps its answer."""
+    answers = await chain.commit_claimed_chain(owner, [(s.proposal, s.events) for s in sent])
+    if len(answers) != len(sent):
+        raise RuntimeError(f"a chain of {len(sent)} commits got {len(answers)} answers")
+    for one, answer in zip(sent, answers, strict=True):
+        one.tried = answer
 
 
 def _name(answer: object) -> str:

@@ -90,7 +90,7 @@ from docket.contract import (
 )
 from docket.contract.claimed import ClaimedRunDocuments
 from docket.contract.clock import SampledClock
-from docket.contract.grouping import GroupCommit
+from docket.contract.grouping import GroupCommit, commit_claimed_in_order
 from docket.contract.proposals import ClaimClass
 from docket.contract.queries import (
     check_abandon_policy,
@@ -1223,6 +1223,13 @@ class RedisBackend:
         if not isinstance(valid, ValidTransition):
             return valid
         return await self._commit(owner, valid)
+
+    async def commit_claimed_chain(
+        self, owner: OwnerScope, commits: Sequence[tuple[ClaimedProposal, Sequence[Event]]]
+    ) -> list[TransitionResult]:
+        """``ChainedCommits``: the group commit sends scripts queued in one turn as one
+        pipeline, run in order."""
+        return await commit_claimed_in_order(self, owner, commits)
 
     async def commit_unclaimed(
         self,

@@ -95,6 +95,7 @@ from docket.contract import (
     TransitionResult,
     UnclaimedProposal,
 )
+from docket.contract.grouping import commit_claimed_in_order
 from docket.contract.queries import (
     check_abandon_policy,
     check_claim_policy,
@@ -1316,6 +1317,12 @@ class SQLiteBackend:
         if not isinstance(valid, ValidTransition):
             return valid
         return await self._commit(owner, valid)
+
+    async def commit_claimed_chain(
+        self, owner: OwnerScope, commits: Sequence[tuple[ClaimedProposal, Sequence[Event]]]
+    ) -> list[TransitionResult]:
+        """``ChainedCommits``: its one writer applies queued writes in the order they came."""
+        return await commit_claimed_in_order(self, owner, commits)
 
     async def commit_unclaimed(
         self,
