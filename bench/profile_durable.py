@@ -142,11 +142,14 @@ async def trial(
             await asyncio.gather(*(client() for _ in range(inflight)))
             return time.perf_counter() - started
 
-        async with docket.worker(concurrency=inflight, name="profile"):
+        async with docket.worker(concurrency=inflight, name="profile") as worker:
             await drive("w", warmup)
             cpu, busy = time.process_time(), machine_busy()
+            polls = worker.stats.polls
             seconds = await drive("r", runs)
             cpu, busy = time.process_time() - cpu, machine_busy() - busy
+            polls = worker.stats.polls - polls
+    print(f"  claim_due calls per run: {polls / runs:.2f}", flush=True)
     return runs / seconds, cpu * 1000 / runs, busy * 1000 / runs
 
 
