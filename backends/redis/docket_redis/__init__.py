@@ -20,6 +20,7 @@ from docket_redis.errors import (
     PermanentStoreError,
     RetryableStoreError,
     SchemaTooNew,
+    SchemaTooOld,
     StoreError,
 )
 from docket_redis.keys import Namespace, ScopeKeys
@@ -34,6 +35,7 @@ __all__ = [
     "RedisBackend",
     "RetryableStoreError",
     "SchemaTooNew",
+    "SchemaTooOld",
     "ScopeKeys",
     "StoreError",
     "Target",

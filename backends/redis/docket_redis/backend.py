@@ -38,7 +38,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import orjson
@@ -135,7 +135,7 @@ from docket.records import (
     run_from_json,
 )
 from docket.values import JSONDict, from_micros, sha256_hex, to_micros, utc
-from docket_redis.errors import SchemaTooNew, StoreError, corrupt
+from docket_redis.errors import SchemaTooNew, SchemaTooOld, StoreError, corrupt
 from docket_redis.keys import (
     STATUS_ORDER,
     Namespace,
@@ -161,13 +161,67 @@ Clock = Callable[[], datetime]
 Candidate = tuple[datetime, str, str | None]
 
 #: The version of the key layout this release reads and writes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: long run documents in pieces (lua/doc_pieces.lua)
 #: How many times claim_due chooses again after losing candidates to a competitor.
 CLAIM_ROUNDS = 4
 #: Most index entries one list_runs script call looks at before answering.
 LIST_BUDGET = 500
 #: How long open() waits for the wake-up subscription to be confirmed.
 SUBSCRIBE_TIMEOUT = 10.0
+
+
+#: Bytes per stored piece of a run document; ``DOC_PIECE`` in lua/doc_pieces.lua.
+PIECE_BYTES: Final = 8192
+
+
+def _pieces(doc: bytes) -> list[bytes]:
+    return [doc[i : i + PIECE_BYTES] for i in range(0, len(doc), PIECE_BYTES)]
+
+
+class KnownDocuments:
+    """The long run documents this backend last stored or read, each with its checkpoint,
+    so that the next commit of that run sends only the pieces that changed (an append to
+    a long list: the last piece or two instead of the whole document).
+
+    Only a transition writes a document and each checkpoint has exactly one, so the
+    document at the commit's fenced checkpoint is the one stored whenever the fence
+    holds; ``commit.lua`` also checks the stored number of pieces, and answers
+    ``REPATCH`` (the document is then sent whole) when it differs. Bounded by entries
+    and bytes: the oldest go first."""
+
+    def __init__(self, limit: int = 256, budget: int = 64 << 20) -> None:
+        self._limit = limit
+        self._budget = budget
+        self._bytes = 0
+        self._known: dict[tuple[str, str], tuple[int, list[bytes], int]] = {}
+
+    def remember(self, part: str, run_id: str, checkpoint_seq: int, doc: bytes) -> None:
+        self.forget(part, run_id)
+        if len(doc) <= PIECE_BYTES:
+            return  # one piece: sent whole anyway
+        self._known[(part, run_id)] = (checkpoint_seq, _pieces(doc), len(doc))
+        self._bytes += len(doc)
+        while self._known and (len(self._known) > self._limit or self._bytes > self._budget):
+            self._bytes -= self._known.pop(next(iter(self._known)))[2]
+
+    def forget(self, part: str, run_id: str) -> None:
+        known = self._known.pop((part, run_id), None)
+        if known is not None:
+            self._bytes -= known[2]
+
+    def patch(self, part: str, run_id: str, expected: int, doc: bytes) -> list[str | bytes]:
+        """``commit.lua``'s patch arguments for ``doc``, or ``[]`` to send it whole."""
+        known = self._known.get((part, run_id))
+        if known is None or known[0] != expected or len(doc) <= PIECE_BYTES:
+            return []
+        base, new = known[1], _pieces(doc)
+        changed = [
+            (i, piece) for i, piece in enumerate(new, 1) if i > len(base) or base[i - 1] != piece
+        ]
+        args: list[str | bytes] = [str(len(base)), str(len(new)), str(len(changed))]
+        for i, piece in changed:
+            args += [str(i), piece]
+        return args
 
 
 def _text(value: Any) -> str:
@@ -333,6 +387,7 @@ class RedisBackend:
         self._subscribed: asyncio.Event | None = None
         self._open = False
         self._claimed_runs = ClaimedRunDocuments()
+        self._documents = KnownDocuments()
         self._server_clock = SampledClock(self._read_clock, resync=_seconds(clock_resync))
         lanes = _lanes(commit_lanes)
         # commits and run starts, each grouped apart (0 lanes: every call is sent alone)
@@ -427,8 +482,10 @@ class RedisBackend:
             raise SchemaTooNew(
                 f"{self._target.describe()} prefix {self._ns.prefix!r}", found, SCHEMA_VERSION
             )
-        if found < SCHEMA_VERSION:  # pragma: no cover - there is no older layout yet
-            raise corrupt(f"{key} holds version {found}; run `docket migrate`")
+        if found < SCHEMA_VERSION:
+            raise SchemaTooOld(
+                f"{self._target.describe()} prefix {self._ns.prefix!r}", found, SCHEMA_VERSION
+            )
 
     async def schema_versions(self) -> tuple[int | None, int]:
         """``(stored, supported)`` layout versions; ``stored`` is ``None`` for a namespace
@@ -439,10 +496,19 @@ class RedisBackend:
     async def migrate(self) -> tuple[int | None, int]:
         """Bring the namespace to the current layout; returns ``(from, to)``.
 
-        Version 1 is the only layout so far: migrating records it in a new namespace and
-        refuses (unchanged) one written by a newer release.
+        Records the layout in a new namespace and refuses (unchanged) one written by a
+        newer release. Layout 2 keeps long run documents in pieces; a layout-1 document
+        (whole in ``doc``) reads as one piece, so 1 → 2 rewrites no data: it records the
+        new version, after which layout-1 code refuses the namespace. Stop workers of
+        the old release first: one still running would write whole documents beside
+        pieces it does not know of.
         """
         found, current = await self.schema_versions()
+        key = self._ns.schema
+        if found is not None and found < SCHEMA_VERSION:
+            # Only from the version just read: a concurrent migrate or a newer release
+            # leaves the key as it found it.
+            await self._eval("set_layout", [key], [str(found), str(SCHEMA_VERSION)])
         await self._check_schema()
         return found, current
 
@@ -759,25 +825,13 @@ class RedisBackend:
     async def fetch_run(self, owner: OwnerScope, run_id: str) -> Run | NotFound:
         scope = self._ns.scope(require_owner(owner))
         key = scope.run(_check_run_id(run_id))
-        data = await self._transport.command(key, "HGET", key, "doc")
+        data = (await self._eval("read_run", [key], []))[0]
         return NotFound() if data is None else _decode_run(data)
 
     async def inspect_run(self, owner: OwnerScope, run_id: str) -> RunInfo | NotFound:
         scope = self._ns.scope(require_owner(owner))
         key = scope.run(_check_run_id(run_id))
-        row = await self._transport.command(
-            key,
-            "HMGET",
-            key,
-            "doc",
-            "wake",
-            "claimed",
-            "attempts",
-            "abandons",
-            "poisoned",
-            "preason",
-            "ct",
-        )
+        row = await self._eval("read_run", [key], [])
         data, wake, claimed, attempts, abandons, poisoned, reason, checkpoint = row
         if data is None:
             return NotFound()
@@ -1026,6 +1080,8 @@ class RedisBackend:
                 if what == "leased":
                     token, attempt, graph_id, graph_hash, seq = (_text(x) for x in item[2:7])
                     self._keep_claimed_run(token, keys.part, run_id, item[7])
+                    if isinstance(item[7], bytes):
+                        self._documents.remember(keys.part, run_id, int(seq), item[7])
                     outcomes[(run_id, keys.tenant_id)] = Lease(
                         run_id=run_id,
                         owner=owner,
@@ -1253,6 +1309,7 @@ class RedisBackend:
         scope = self._ns.scope(owner)
         run = valid.run
         kind, wake = _schedule_args(schedule)
+        patch = self._documents.patch(scope.part, run.id, expected, valid.run_json)
         call: _Call = (
             [
                 scope.run(run.id),
@@ -1272,7 +1329,7 @@ class RedisBackend:
                 run.graph_id,
                 run.graph_hash,
                 str(to_micros(run.started_at)),
-                valid.run_json,
+                b"" if patch else valid.run_json,
                 run.status.value,
                 str(run.checkpoint_seq),
                 str(run.event_seq),
@@ -1286,6 +1343,7 @@ class RedisBackend:
                 run.id,
                 str(len(valid.events)),
                 *_event_args(valid),
+                *patch,
             ],
         )
         try:
@@ -1294,7 +1352,14 @@ class RedisBackend:
             return exc.outcome
         code = _code(reply)
         if code == "OK":
+            if run.status.terminal:
+                self._documents.forget(scope.part, run.id)
+            else:
+                self._documents.remember(scope.part, run.id, run.checkpoint_seq, valid.run_json)
             return valid.run  # what was just stored, checked durable: no decode
+        if code == "REPATCH":  # the pieces it was sent against are not the stored ones
+            self._documents.forget(scope.part, run.id)
+            return await self._commit(owner, valid)
         if code == "NOT_FOUND":
             return NotFound()
         if code == "STALE":

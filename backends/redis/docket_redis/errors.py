@@ -56,6 +56,19 @@ class SchemaTooNew(PermanentStoreError):
         )
 
 
+class SchemaTooOld(PermanentStoreError):
+    """The namespace has an older key layout; upgrades are explicit (``docket migrate``)."""
+
+    def __init__(self, where: str, found: int, supported: int) -> None:
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"{where} holds docket-redis key layout version {found}; this docket-redis "
+            f"needs version {supported}. Stop the workers that use it, run `docket migrate "
+            f"<url>` (or RedisBackend.migrate()), then start them again. Nothing was changed."
+        )
+
+
 def refused(message: str) -> bool:
     """Whether an error reply means the server did not run the command."""
     head = message.split(" ", 1)[0].upper()
@@ -102,6 +115,7 @@ __all__ = [
     "PermanentStoreError",
     "RetryableStoreError",
     "SchemaTooNew",
+    "SchemaTooOld",
     "StoreError",
     "ambiguous",
     "corrupt",

@@ -31,6 +31,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import hashlib
+import re
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Final
@@ -70,7 +71,11 @@ SCRIPT_NAMES: Final = (
     "list_events",
     "latest_event",
     "register",
+    "read_run",
+    "set_layout",
 )
+#: How a script takes in a shared piece of Lua (``lua/<lib>.lua``): a line of its own.
+_INCLUDE: Final = re.compile(rb"^-- #include (\w+)\n", re.MULTILINE)
 
 
 @attrs.frozen
@@ -83,7 +88,10 @@ class Script:
 
     @classmethod
     def load(cls, name: str) -> Script:
-        body = resources.files("docket_redis").joinpath("lua", f"{name}.lua").read_bytes()
+        """The script's text, each ``-- #include <lib>`` line replaced by that file's."""
+        folder = resources.files("docket_redis").joinpath("lua")
+        body = folder.joinpath(f"{name}.lua").read_bytes()
+        body = _INCLUDE.sub(lambda m: folder.joinpath(f"{m[1].decode()}.lua").read_bytes(), body)
         return cls(name=name, body=body, sha=hashlib.sha1(body).hexdigest())
 
 

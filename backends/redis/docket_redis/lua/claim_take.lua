@@ -8,6 +8,7 @@
 -- KEYS  1 ready zset   2 claimed zset   3.. the run of each candidate, in ARGV order
 -- ARGV  1 now us ('' = server TIME)   2 orphan TTL us   3 max claim attempts
 --       4 poison reason   then (run_id, class 'ready' | 'expired', fresh token) each
+-- #include doc_pieces
 local function clock(given)
   if given ~= '' then return tonumber(given), given end
   local t = redis.call('TIME')
@@ -59,9 +60,9 @@ for i = 1, count do
     redis.call('ZREM', KEYS[1], run_id)
     redis.call('ZADD', KEYS[2], now_s, run_id)
     -- the document too, so the drain that follows need not read it back
-    local fields = redis.call('HMGET', run, 'graph_id', 'graph_hash', 'cseq', 'doc')
+    local fields = redis.call('HMGET', run, 'graph_id', 'graph_hash', 'cseq')
     table.insert(out, {run_id, 'leased', token, attempt, fields[1], fields[2], fields[3],
-      fields[4]})
+      read_doc(run)})
   else
     redis.call('HDEL', run, 'token', 'claimed', 'wake')
     redis.call('HSET', run, 'poisoned', now_s, 'preason', ARGV[4])

@@ -13,6 +13,10 @@
 --      13 schedule: retain | immediate | at | none   14 wake us (for 'at')
 --      15 now us ('' = server TIME)   16 wake channel   17 index member   18 summary
 --      19 run_id   20 number of events, then (seq, body, digest) per event, ascending
+--      A document sent as changed pieces (see doc_pieces.lua) leaves ARGV 8 empty and
+--      follows the events with: base number of pieces, new number of pieces, count,
+--      then (piece index, bytes) per changed piece
+-- #include doc_pieces
 local STATUS_KEY = {running = 8, waiting = 9, done = 10, failed = 11, cancelled = 12}
 
 local function clock(given)
@@ -33,7 +37,7 @@ end
 local recorded = redis.call('HGET', KEYS[2], ARGV[1])
 if recorded then
   if recorded == ARGV[2] then
-    return {'REPLAY', redis.call('HGET', run, 'doc')}
+    return {'REPLAY', read_doc(run)}
   end
   return {'TX_CONFLICT', recorded}
 end
@@ -49,6 +53,11 @@ end
 -- 5. fences
 if stored[4] ~= ARGV[3] or (ARGV[4] ~= '' and stored[5] ~= ARGV[4]) then
   return {'STALE'}
+end
+-- the pieces the document is sent against must be the ones stored
+local patch_at = 21 + 3 * tonumber(ARGV[20])
+if ARGV[8] == '' and not pieces_match(run, ARGV[patch_at]) then
+  return {'REPATCH'}
 end
 -- 6. event sequence discipline, then re-sent content
 local stored_seq = tonumber(stored[6])
@@ -82,7 +91,13 @@ end
 
 -- 7. publish: every check passed
 local now, now_s = clock(ARGV[15])
-redis.call('HSET', run, 'doc', ARGV[8], 'status', ARGV[9], 'cseq', ARGV[10],
+if ARGV[8] == '' then
+  patch_doc(run, ARGV[patch_at], tonumber(ARGV[patch_at + 1]), patch_at + 3,
+    tonumber(ARGV[patch_at + 2]))
+else
+  write_doc(run, ARGV[8])
+end
+redis.call('HSET', run, 'status', ARGV[9], 'cseq', ARGV[10],
   'eseq', ARGV[11], 'ct', ARGV[12], 'attempts', '0', 'abandons', '0')
 redis.call('HDEL', run, 'poisoned', 'preason')
 local schedule = ARGV[13]

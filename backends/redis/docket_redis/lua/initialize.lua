@@ -17,6 +17,7 @@
 -- folds the scope registration in, saving a call: KEYS 12 scope registry (set)
 -- 13 order counter, and ARGV 18 is then the scope's key part; the listing order is
 -- taken here, only once every check has passed.
+-- #include doc_pieces
 local function clock(given)
   if given ~= '' then return tonumber(given) end
   local t = redis.call('TIME')
@@ -29,7 +30,7 @@ end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local digest = redis.call('HGET', KEYS[3], ARGV[2])
   if digest == ARGV[3] then
-    return {'REPLAY', redis.call('HGET', KEYS[2], 'doc')}
+    return {'REPLAY', read_doc(KEYS[2])}
   end
   if digest then
     return {'TX_CONFLICT', digest}
@@ -43,8 +44,9 @@ if #KEYS >= 13 then
   redis.call('SADD', KEYS[12], ARGV[18])
   order = tostring(redis.call('INCR', KEYS[13]))
 end
+write_doc(KEYS[2], ARGV[4])
 redis.call('HSET', KEYS[2],
-  'doc', ARGV[4], 'graph_id', ARGV[5], 'graph_hash', ARGV[6], 'status', ARGV[7],
+  'graph_id', ARGV[5], 'graph_hash', ARGV[6], 'status', ARGV[7],
   'cseq', ARGV[8], 'eseq', ARGV[9], 'started', ARGV[10], 'wake', ARGV[11],
   'attempts', '0', 'abandons', '0', 'ct', ARGV[17], 'ord', order)
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])

@@ -2,6 +2,7 @@
 --
 -- KEYS  1 run   2 ready zset   3 claimed zset
 -- ARGV  1 now us ('' = server TIME)   2 run_id   3 wake channel
+-- #include doc_pieces
 local function clock(given)
   if given ~= '' then return tonumber(given), given end
   local t = redis.call('TIME')
@@ -18,7 +19,7 @@ if status == 'done' or status == 'failed' or status == 'cancelled' then
   return {'INACTIVE'}
 end
 if not stored[3] then
-  return {'OK', stored[1]}
+  return {'OK', read_doc(KEYS[1])}
 end
 local _, now_s = clock(ARGV[1])
 redis.call('HDEL', KEYS[1], 'poisoned', 'preason', 'token', 'claimed')
@@ -26,4 +27,4 @@ redis.call('HSET', KEYS[1], 'attempts', '0', 'abandons', '0', 'wake', now_s)
 redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZADD', KEYS[2], now_s, ARGV[2])
 redis.call('PUBLISH', ARGV[3], 'due')
-return {'OK', stored[1]}
+return {'OK', read_doc(KEYS[1])}
