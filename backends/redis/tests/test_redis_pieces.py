@@ -5,14 +5,21 @@ layout-1 namespace refused until ``migrate``, then read as it is."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 
 import pytest
 import redis
 from docket_contract_tests.fixtures import claimed, init_proposal, new_run, successor
-from docket_redis import SCHEMA_VERSION, PermanentStoreError, RedisBackend, SchemaTooOld
+from docket_redis import (
+    SCHEMA_VERSION,
+    PermanentStoreError,
+    RedisBackend,
+    RetryableStoreError,
+    SchemaTooOld,
+)
 from docket_redis.backend import PIECE_BYTES, KnownDocuments
 from docket_redis.keys import Namespace
 from docket_redis.testing import (
@@ -27,6 +34,7 @@ from docket_redis.testing import (
 )
 
 from docket.clock import ManualClock
+from docket.contract import Retryable
 from docket.records import TENANTLESS, GraphRef, Run, run_to_json
 
 PIECE = PIECE_BYTES
@@ -201,6 +209,52 @@ def test_a_lost_piece_reads_as_corruption(redis_single: RedisServer, prefix: str
         asyncio.run(body())
     finally:
         client.close()
+
+
+async def _again(call: Callable[[], Awaitable[object]]) -> object:
+    for _ in range(5):
+        try:
+            answer = await call()
+        except RetryableStoreError:
+            continue
+        if not isinstance(answer, Retryable):
+            return answer
+    raise AssertionError("still unavailable after 5 tries")
+
+
+def test_pieces_acknowledged_before_a_server_crash_are_read_whole_after_it(
+    prefix: str,
+) -> None:
+    """AOF fsynced before every reply, the server SIGKILLed between commits: the restarted
+    server holds the last acknowledged document whole, and the same backend instance (its
+    remembered pieces included) goes on committing changed pieces against it."""
+
+    async def body(server: RedisServer) -> None:
+        async with opened(server.url, prefix, clock=ManualClock(T0)) as backend:
+            ref = await publish_graph(backend, TENANTLESS)
+            run = await _start(backend, _long_run("r1", ref, 40))
+            lease = await claim_one(backend, T0)
+            for items in range(41, 46):
+                run = successor(run, T0, metadata={"log": ["m" * 1024] * items})
+                proposal = claimed(run, lease.claim_token)
+                assert await backend.transitions.commit_claimed(TENANTLESS, proposal, []) == run
+            server.kill()
+            server.start()
+            # pooled connections died with the server: a caller tries again, as the
+            # runtime does (the same proposal for a commit)
+            assert await _again(lambda: backend.runs.fetch_run(TENANTLESS, "r1")) == run
+            for items in range(46, 49):
+                run = successor(run, T0, metadata={"log": ["m" * 1024] * items})
+                proposal = claimed(run, lease.claim_token)
+                answer = await _again(
+                    functools.partial(backend.transitions.commit_claimed, TENANTLESS, proposal, [])
+                )
+                assert answer == run
+        async with opened(server.url, prefix, clock=ManualClock(T0)) as fresh:
+            assert await fresh.runs.fetch_run(TENANTLESS, "r1") == run
+
+    with redis_server(appendonly=True, appendfsync="always") as server:
+        asyncio.run(body(server))
 
 
 def test_known_documents_send_only_changed_pieces_against_the_fenced_checkpoint() -> None:
