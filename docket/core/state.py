@@ -85,10 +85,7 @@ def copy_json(value: JSONValue) -> JSONValue:
     # Scalars are tested in place rather than by a call each: a long list of strings (a
     # chat history) is copied at list-comprehension speed.
     if isinstance(value, dict):
-        return {
-            key: copy_json(item) if isinstance(item, _CONTAINERS) else item
-            for key, item in value.items()
-        }
+        return copy_dict(value)
     if isinstance(value, list):
         return [copy_json(item) if isinstance(item, _CONTAINERS) else item for item in value]
     return value

@@ -629,9 +629,9 @@ class _Sent:
         """The commit's definite answer. ``behind``: it was chained behind another commit,
         so a stale refusal of its first try may only mean it arrived first."""
         tried, self.tried = self.tried, None
-        if tried is not None and not isinstance(tried, Retryable):  # noqa: SIM102
-            if not (behind and isinstance(tried, StaleCheckpoint)):
-                return tried
+        arrived_first = behind and isinstance(tried, StaleCheckpoint)
+        if tried is not None and not isinstance(tried, Retryable) and not arrived_first:
+            return tried
         what = f"commit of run {self.proposal.run.id}"
         return await commit(self._send, self._policy, what=what)
 

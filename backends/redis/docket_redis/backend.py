@@ -174,7 +174,10 @@ SUBSCRIBE_TIMEOUT = 10.0
 PIECE_BYTES: Final = 8192
 
 
-def _pieces(doc: bytes) -> list[bytes]:
+def long_document(doc: bytes) -> list[bytes] | None:
+    """``doc`` cut into stored pieces, or ``None`` when it fits in one (sent whole)."""
+    if len(doc) <= PIECE_BYTES:
+        return None
     return [doc[i : i + PIECE_BYTES] for i in range(0, len(doc), PIECE_BYTES)]
 
 
@@ -187,7 +190,8 @@ class KnownDocuments:
     document at the commit's fenced checkpoint is the one stored whenever the fence
     holds; ``commit.lua`` also checks the stored number of pieces, and answers
     ``REPATCH`` (the document is then sent whole) when it differs. Bounded by entries
-    and bytes: the oldest go first."""
+    and bytes: the oldest go first. Documents come cut by :func:`long_document`, once
+    per commit for both the patch and what is remembered."""
 
     def __init__(self, limit: int = 256, budget: int = 64 << 20) -> None:
         self._limit = limit
@@ -195,12 +199,15 @@ class KnownDocuments:
         self._bytes = 0
         self._known: dict[tuple[str, str], tuple[int, list[bytes], int]] = {}
 
-    def remember(self, part: str, run_id: str, checkpoint_seq: int, doc: bytes) -> None:
+    def remember(
+        self, part: str, run_id: str, checkpoint_seq: int, pieces: list[bytes] | None
+    ) -> None:
         self.forget(part, run_id)
-        if len(doc) <= PIECE_BYTES:
+        if pieces is None:
             return  # one piece: sent whole anyway
-        self._known[(part, run_id)] = (checkpoint_seq, _pieces(doc), len(doc))
-        self._bytes += len(doc)
+        size = sum(map(len, pieces))
+        self._known[(part, run_id)] = (checkpoint_seq, pieces, size)
+        self._bytes += size
         while self._known and (len(self._known) > self._limit or self._bytes > self._budget):
             self._bytes -= self._known.pop(next(iter(self._known)))[2]
 
@@ -209,16 +216,18 @@ class KnownDocuments:
         if known is not None:
             self._bytes -= known[2]
 
-    def patch(self, part: str, run_id: str, expected: int, doc: bytes) -> list[str | bytes]:
-        """``commit.lua``'s patch arguments for ``doc``, or ``[]`` to send it whole."""
+    def patch(
+        self, part: str, run_id: str, expected: int, pieces: list[bytes] | None
+    ) -> list[str | bytes]:
+        """``commit.lua``'s patch arguments for a document, or ``[]`` to send it whole."""
         known = self._known.get((part, run_id))
-        if known is None or known[0] != expected or len(doc) <= PIECE_BYTES:
+        if known is None or known[0] != expected or pieces is None:
             return []
-        base, new = known[1], _pieces(doc)
+        base = known[1]
         changed = [
-            (i, piece) for i, piece in enumerate(new, 1) if i > len(base) or base[i - 1] != piece
+            (i, piece) for i, piece in enumerate(pieces, 1) if i > len(base) or base[i - 1] != piece
         ]
-        args: list[str | bytes] = [str(len(base)), str(len(new)), str(len(changed))]
+        args: list[str | bytes] = [str(len(base)), str(len(pieces)), str(len(changed))]
         for i, piece in changed:
             args += [str(i), piece]
         return args
@@ -1081,7 +1090,8 @@ class RedisBackend:
                     token, attempt, graph_id, graph_hash, seq = (_text(x) for x in item[2:7])
                     self._keep_claimed_run(token, keys.part, run_id, item[7])
                     if isinstance(item[7], bytes):
-                        self._documents.remember(keys.part, run_id, int(seq), item[7])
+                        pieces = long_document(item[7])
+                        self._documents.remember(keys.part, run_id, int(seq), pieces)
                     outcomes[(run_id, keys.tenant_id)] = Lease(
                         run_id=run_id,
                         owner=owner,
@@ -1309,7 +1319,8 @@ class RedisBackend:
         scope = self._ns.scope(owner)
         run = valid.run
         kind, wake = _schedule_args(schedule)
-        patch = self._documents.patch(scope.part, run.id, expected, valid.run_json)
+        pieces = long_document(valid.run_json)
+        patch = self._documents.patch(scope.part, run.id, expected, pieces)
         call: _Call = (
             [
                 scope.run(run.id),
@@ -1355,7 +1366,7 @@ class RedisBackend:
             if run.status.terminal:
                 self._documents.forget(scope.part, run.id)
             else:
-                self._documents.remember(scope.part, run.id, run.checkpoint_seq, valid.run_json)
+                self._documents.remember(scope.part, run.id, run.checkpoint_seq, pieces)
             return valid.run  # what was just stored, checked durable: no decode
         if code == "REPATCH":  # the pieces it was sent against are not the stored ones
             self._documents.forget(scope.part, run.id)

@@ -20,7 +20,7 @@ from docket_redis import (
     RetryableStoreError,
     SchemaTooOld,
 )
-from docket_redis.backend import PIECE_BYTES, KnownDocuments
+from docket_redis.backend import PIECE_BYTES, KnownDocuments, long_document
 from docket_redis.keys import Namespace
 from docket_redis.testing import (
     T0,
@@ -257,30 +257,45 @@ def test_pieces_acknowledged_before_a_server_crash_are_read_whole_after_it(
         asyncio.run(body(server))
 
 
+def test_a_document_is_cut_only_when_it_needs_more_than_one_piece() -> None:
+    assert long_document(b"x" * PIECE) is None
+    assert long_document(b"x" * PIECE + b"y") == [b"x" * PIECE, b"y"]
+
+
 def test_known_documents_send_only_changed_pieces_against_the_fenced_checkpoint() -> None:
     known = KnownDocuments()
     doc = b"a" * PIECE * 3 + b"tail"
-    known.remember("-", "r1", 5, doc)
+    known.remember("-", "r1", 5, long_document(doc))
     appended = doc + b"more"
-    assert known.patch("-", "r1", 5, appended) == ["4", "4", "1", "4", b"tailmore"]
-    assert known.patch("-", "r1", 4, appended) == []  # another checkpoint: sent whole
-    assert known.patch("-", "r2", 5, appended) == []  # never seen
-    assert known.patch("-", "r1", 5, b"short") == []  # one piece: sent whole
+    assert known.patch("-", "r1", 5, long_document(appended)) == ["4", "4", "1", "4", b"tailmore"]
+    assert (
+        known.patch("-", "r1", 4, long_document(appended)) == []
+    )  # another checkpoint: sent whole
+    assert known.patch("-", "r2", 5, long_document(appended)) == []  # never seen
+    assert known.patch("-", "r1", 5, long_document(b"short")) == []  # one piece: sent whole
     grown = doc[: PIECE * 3] + b"b" * PIECE * 2
-    assert known.patch("-", "r1", 5, grown) == ["4", "5", "2", "4", b"b" * PIECE, "5", b"b" * PIECE]
+    assert known.patch("-", "r1", 5, long_document(grown)) == [
+        "4",
+        "5",
+        "2",
+        "4",
+        b"b" * PIECE,
+        "5",
+        b"b" * PIECE,
+    ]
     known.forget("-", "r1")
-    assert known.patch("-", "r1", 5, appended) == []
+    assert known.patch("-", "r1", 5, long_document(appended)) == []
 
 
 def test_known_documents_are_bounded_by_count_and_bytes() -> None:
     doc = b"x" * (PIECE * 2)
     by_count = KnownDocuments(limit=2)
     for i in range(3):
-        by_count.remember("-", f"r{i}", 1, doc)
-    assert by_count.patch("-", "r0", 1, doc + b"!") == []  # the oldest went
-    assert by_count.patch("-", "r2", 1, doc + b"!") != []
+        by_count.remember("-", f"r{i}", 1, long_document(doc))
+    assert by_count.patch("-", "r0", 1, long_document(doc + b"!")) == []  # the oldest went
+    assert by_count.patch("-", "r2", 1, long_document(doc + b"!")) != []
     by_bytes = KnownDocuments(budget=len(doc) * 2)
     for i in range(3):
-        by_bytes.remember("-", f"r{i}", 1, doc)
-    assert by_bytes.patch("-", "r0", 1, doc + b"!") == []
-    assert by_bytes.patch("-", "r1", 1, doc + b"!") != []
+        by_bytes.remember("-", f"r{i}", 1, long_document(doc))
+    assert by_bytes.patch("-", "r0", 1, long_document(doc + b"!")) == []
+    assert by_bytes.patch("-", "r1", 1, long_document(doc + b"!")) != []

@@ -10,7 +10,7 @@ local function clock(given)
   return now, string.format('%.0f', now)
 end
 
-local stored = redis.call('HMGET', KEYS[1], 'doc', 'status', 'poisoned')
+local stored = redis.call('HMGET', KEYS[1], 'cseq', 'status', 'poisoned')  -- cseq: it exists
 if not stored[1] then
   return {'NOT_FOUND'}
 end
