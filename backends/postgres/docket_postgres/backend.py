@@ -84,7 +84,7 @@ from docket.contract import (
 )
 from docket.contract.claimed import ClaimedRunDocuments
 from docket.contract.clock import SampledClock
-from docket.contract.grouping import GroupCommit
+from docket.contract.grouping import GroupCommit, commit_claimed_in_order
 from docket.contract.queries import (
     check_abandon_policy,
     check_claim_policy,
@@ -1204,6 +1204,14 @@ class PostgresBackend:
         if not isinstance(valid, ValidTransition):
             return valid
         return await self._commit(owner, valid)
+
+    async def commit_claimed_chain(
+        self, owner: OwnerScope, commits: Sequence[tuple[ClaimedProposal, Sequence[Event]]]
+    ) -> list[TransitionResult]:
+        """``ChainedCommits``: commits submitted in one turn go in one ``commit_runs``
+        statement, in order, which (schema version 4) applies a run's later writes set-wise
+        behind its first."""
+        return await commit_claimed_in_order(self, owner, commits)
 
     async def commit_unclaimed(
         self,

@@ -104,9 +104,7 @@ async def _behind(
     return [await first, *await asyncio.gather(*rest)]
 
 
-async def _make_fail(conn: Any, schema: str, function: str) -> None:
-    """Replace ``function`` (same arguments, same result) with one that raises
-    "<function> was called": a test can then tell which path a write took."""
+async def _signature(conn: Any, schema: str, function: str) -> tuple[str, str]:
     cur = await conn.execute(
         "SELECT pg_get_function_arguments(p.oid), pg_get_function_result(p.oid) "
         "FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
@@ -114,6 +112,25 @@ async def _make_fail(conn: Any, schema: str, function: str) -> None:
         (schema, function),
     )
     [(arguments, result)] = await cur.fetchall()
+    return str(arguments), str(result)
+
+
+async def _definition(conn: Any, schema: str, function: str) -> str:
+    """``function``'s ``CREATE OR REPLACE FUNCTION`` text, to put it back later."""
+    cur = await conn.execute(
+        "SELECT pg_get_functiondef(p.oid) "
+        "FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = %s AND p.proname = %s",
+        (schema, function),
+    )
+    [(text,)] = await cur.fetchall()
+    return str(text)
+
+
+async def _make_fail(conn: Any, schema: str, function: str) -> None:
+    """Replace ``function`` (same arguments, same result) with one that raises
+    "<function> was called": a test can then tell which path a write took."""
+    arguments, result = await _signature(conn, schema, function)
     await conn.execute(
         f"""CREATE OR REPLACE FUNCTION "{schema}".{function}({arguments}) RETURNS {result}
         LANGUAGE plpgsql AS $fn$
@@ -263,6 +280,103 @@ def test_usual_commits_of_a_group_are_applied_set_wise(pg_url: str, schema_name:
             )
             assert all(isinstance(g, Permanent) for g in got), got
             assert await backend.fetch_run(held["u0"][0], "u0") == current
+        finally:
+            await conn.close()
+            await backend.close()
+
+    asyncio.run(body())
+
+
+def test_a_runs_chained_writes_are_applied_set_wise_in_passes(
+    pg_url: str, schema_name: Names
+) -> None:
+    """Schema version 4: a run's later writes of a group (a completion chained behind its
+    last step, or longer chains) go set-wise too, one pass per position in the chain, each
+    fenced on what the pass before wrote. With ``commit_run`` made to fail, every chained
+    write still lands; a refused first write takes its followers the one-at-a-time way."""
+
+    async def body() -> None:
+        schema = schema_name("chained")
+        backend = await opened(pg_url, schema, commit_lanes=1)
+        conn = await admin(pg_url)
+        try:
+            ids = [f"c{i}" for i in range(6)]
+            owners: list[OwnerScope] = [Tenant("acme") if i % 2 else TENANTLESS for i in range(6)]
+            held = await _claimed_runs(backend, owners, ids)
+            now = await backend.now()
+            chains: dict[str, list[tuple[Any, list[Any]]]] = {}
+            for i, run_id in enumerate(ids):
+                _, run, lease = held[run_id]
+                links = []
+                for _ in range(i % 3):  # 0, 1 or 2 steps before the completion
+                    nxt = successor(run, now, new_events=1)
+                    links.append(
+                        (
+                            claimed(nxt, lease.claim_token),
+                            events_for(nxt, now, [nxt.event_seq]),
+                        )
+                    )
+                    run = nxt
+                done = successor(run, now, new_events=2, status=RunStatus.DONE)
+                links.append(
+                    (
+                        claimed(
+                            done,
+                            lease.claim_token,
+                            schedule=ReleaseClaim(Terminal()),
+                            checkpoint_type=CheckpointType.RUN_COMPLETED,
+                        ),
+                        events_for(done, now, [done.event_seq - 1, done.event_seq]),
+                    )
+                )
+                chains[run_id] = links
+            original = await _definition(conn, schema, "commit_run")
+            await _make_fail(conn, schema, "commit_run")
+            group = backend._group
+            assert group is not None
+            answers = await asyncio.gather(
+                *(backend.commit_claimed_chain(held[i][0], chains[i]) for i in ids)
+            )
+            assert dict(group.batches) == {sum(len(c) for c in chains.values()): 1}
+            for run_id, got in zip(ids, answers, strict=True):
+                owner = held[run_id][0]
+                assert got == [p.run for p, _ in chains[run_id]], run_id
+                final = chains[run_id][-1][0].run
+                info = await backend.inspect_run(owner, run_id)
+                assert isinstance(info, RunInfo)
+                assert info.run == final and info.run.status is RunStatus.DONE
+                assert (info.claimed_at, info.wake_at) == (None, None), run_id
+                history = await backend.list_events(owner, run_id, EventListQuery(limit=50))
+                assert isinstance(history, EventPage)
+                assert [e.seq for e in history.events] == list(range(1, final.event_seq + 1))
+            await conn.execute(original.encode())  # commit_run back, for the replays
+            for run_id in ids:  # every link was recorded: sent again, each is a replay
+                final = chains[run_id][-1][0].run
+                for proposal, events in chains[run_id]:
+                    assert await backend.commit_claimed(held[run_id][0], proposal, events) == final
+            # a refused first write: its follower goes one at a time, and is refused too
+            await backend.close()
+            backend = await opened(pg_url, schema_name("chained2"), commit_lanes=1)
+            more = await _claimed_runs(backend, [TENANTLESS] * 2, ["k0", "k1"])
+            now = await backend.now()
+            sent: dict[str, list[tuple[Any, list[Any]]]] = {}
+            for run_id, (_, run, lease) in more.items():
+                step = successor(run, now)
+                done = successor(step, now, status=RunStatus.DONE)
+                first = claimed(step, lease.claim_token if run_id == "k0" else "not-the-token")
+                last = claimed(
+                    done,
+                    lease.claim_token,
+                    schedule=ReleaseClaim(Terminal()),
+                    checkpoint_type=CheckpointType.RUN_COMPLETED,
+                )
+                sent[run_id] = [(first, []), (last, [])]
+            k0, k1 = await asyncio.gather(
+                *(backend.commit_claimed_chain(TENANTLESS, sent[i]) for i in ("k0", "k1"))
+            )
+            assert k0 == [p.run for p, _ in sent["k0"]]
+            assert all(isinstance(a, StaleCheckpoint) for a in k1), k1
+            assert await backend.fetch_run(TENANTLESS, "k1") == more["k1"][1]
         finally:
             await conn.close()
             await backend.close()
