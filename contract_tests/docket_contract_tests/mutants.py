@@ -560,6 +560,26 @@ class WrongScheduleWake(_Reference):
             row.wake_at = self._now(None)
 
 
+class ClaimedStartUnclaimed(_Reference):
+    bug = "initialize_claimed stores a plain, due run (the token is dropped)"
+    catches = ("CLAIMED-START",)
+
+    async def initialize_claimed(
+        self,
+        owner: OwnerScope,
+        proposal: InitProposal,
+        events: Sequence[Event],
+        claim_token: str,
+    ) -> TransitionResult:
+        answer = await super().initialize_claimed(owner, proposal, events, claim_token)
+        with self._lock:
+            row = self._runs.get((tenant_id_of(owner), proposal.run.id))
+            if isinstance(answer, Run) and row is not None and row.claim_token == claim_token:
+                row.claim_token, row.claimed_at, row.wake_at = None, None, row.claimed_at
+                row.claim_attempts = 0
+        return answer
+
+
 # -- the registry -------------------------------------------------------------------------------
 
 Factory = Callable[..., MemoryBackend]
@@ -602,6 +622,7 @@ release_uses_backend_clock = _factory(ReleaseUsesBackendClock)
 abandon_ignores_checkpoint = _factory(AbandonIgnoresCheckpoint)
 ignores_declared_limits = _factory(IgnoresDeclaredLimits)
 wrong_schedule_wake = _factory(WrongScheduleWake)
+claimed_start_unclaimed = _factory(ClaimedStartUnclaimed)
 
 #: Every mutant by factory name (the ``control`` is not a mutant: it must pass).
 MUTANTS: dict[str, type[_Reference]] = {
@@ -632,6 +653,7 @@ MUTANTS: dict[str, type[_Reference]] = {
     "abandon_ignores_checkpoint": AbandonIgnoresCheckpoint,
     "ignores_declared_limits": IgnoresDeclaredLimits,
     "wrong_schedule_wake": WrongScheduleWake,
+    "claimed_start_unclaimed": ClaimedStartUnclaimed,
 }
 
 __all__ = ["MUTANTS", "control", *MUTANTS]

@@ -79,6 +79,7 @@ from docket.contract.queries import (
 from docket.contract.registry import BackendFactory
 from docket.contract.validate import (
     Replay,
+    ValidationResult,
     ValidTransition,
     check_identity,
     check_replay,
@@ -88,6 +89,7 @@ from docket.contract.validate import (
     validate_commit_unclaimed,
     validate_graph_save,
     validate_initialize,
+    validate_initialize_claimed,
 )
 from docket.records import (
     CheckpointType,
@@ -554,6 +556,22 @@ class MemoryBackend:
         self, owner: OwnerScope, proposal: InitProposal, events: Sequence[Event]
     ) -> TransitionResult:
         valid = validate_initialize(owner, proposal, events, self._limits)
+        return self._initialize(owner, proposal, valid)
+
+    async def initialize_claimed(
+        self,
+        owner: OwnerScope,
+        proposal: InitProposal,
+        events: Sequence[Event],
+        claim_token: str,
+    ) -> TransitionResult:
+        """``ClaimedStarts``: the run is written claimed by ``claim_token``."""
+        valid = validate_initialize_claimed(owner, proposal, events, claim_token, self._limits)
+        return self._initialize(owner, proposal, valid)
+
+    def _initialize(
+        self, owner: OwnerScope, proposal: InitProposal, valid: ValidationResult
+    ) -> TransitionResult:
         if not isinstance(valid, ValidTransition):
             return valid
         run = valid.run
@@ -575,6 +593,10 @@ class MemoryBackend:
                 wake_at=utc(proposal.wake_at),
                 transitions={proposal.transition_id: valid.digest},
             )
+            if valid.claim_token is not None:  # started claimed: no wake, one attempt
+                row.claim_token = valid.claim_token
+                row.claimed_at, row.wake_at = row.wake_at, None
+                row.claim_attempts = 1
             for index, event in enumerate(valid.events):
                 row.events[event.seq] = (valid.event_json[index], valid.event_contents[index])
             self._runs[(tenant, run.id)] = row

@@ -251,6 +251,32 @@ class ChainedCommits(Protocol):
     ) -> list[TransitionResult]: ...
 
 
+@runtime_checkable
+class ClaimedStarts(Protocol):
+    """Optional on a transition store: a run started already claimed.
+
+    ``initialize_claimed(owner, proposal, events, claim_token)`` is ``initialize`` (same
+    checks, same answers) except that a run it writes is stored claimed by
+    ``claim_token``: claimed at ``proposal.wake_at`` (the start's own time, on the store's
+    clock, as the runtime builds it), its first claim attempt counted (as ``claim_due``
+    would count it), no wake, and no wake-up announced. The claim then
+    behaves like one ``claim_due`` handed out: refreshed, released or abandoned by its
+    token, claimable by others as *expired* once ``orphan_ttl`` passes without a commit
+    or refresh. The token is part of the write, so a re-send under the same
+    ``transition_id`` answers as a replay only with the same token (and never for a
+    plain ``initialize``); a replay answers the stored run, whose claim may have moved on
+    since. A worker starting a run it has room for uses it to skip the announce and claim
+    round trips (an *eager start*)."""
+
+    async def initialize_claimed(
+        self,
+        owner: OwnerScope,
+        proposal: InitProposal,
+        events: Sequence[Event],
+        claim_token: str,
+    ) -> TransitionResult: ...
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -263,6 +289,7 @@ __all__ = [
     "Backend",
     "ChainedCommits",
     "ClaimedRuns",
+    "ClaimedStarts",
     "EventStore",
     "GraphSaveResult",
     "GraphStore",

@@ -275,12 +275,42 @@ def validate_initialize(
     owner: OwnerScope, proposal: object, events: Sequence[Event], limits: Limits
 ) -> ValidationResult:
     """Pure checks of an ``initialize`` call. Raises only for a non-owner scope (misuse)."""
+    return _validate_initialize(owner, proposal, events, limits, claimed=False)
+
+
+def validate_initialize_claimed(
+    owner: OwnerScope,
+    proposal: object,
+    events: Sequence[Event],
+    claim_token: object,
+    limits: Limits,
+) -> ValidationResult:
+    """``initialize_claimed`` (``ClaimedStarts``): ``initialize``'s checks and the token's.
+    The token is part of the digest, and the result carries it as ``claim_token``."""
+    return _validate_initialize(
+        owner, proposal, events, limits, claimed=True, claim_token=claim_token
+    )
+
+
+def _validate_initialize(
+    owner: OwnerScope,
+    proposal: object,
+    events: Sequence[Event],
+    limits: Limits,
+    *,
+    claimed: bool,
+    claim_token: object = None,
+) -> ValidationResult:
     oversized = _oversized_id(limits, tenant_id_of(require_owner(owner)))
     if oversized is not None:
         return oversized
     if not isinstance(proposal, InitProposal):
         return _invalid(f"proposal: expected InitProposal, got {type(proposal).__name__}")
     extra: list[str] = []
+    if claimed:
+        token = token_problem(claim_token)
+        if token:
+            extra.append(token)
     if proposal.checkpoint_type is not CheckpointType.RUN_INITIALIZED:
         extra.append("checkpoint_type: initialize commits run_initialized")
     if not _is_aware(proposal.wake_at):
@@ -296,14 +326,18 @@ def validate_initialize(
         return InvalidTransition(tuple(problems))
     assert isinstance(run, Run)
     seqs = sorted({e.seq for e in events if isinstance(e, Event) and isinstance(e.seq, int)})
+    header: JSONValue = format_timestamp(proposal.wake_at)
+    if claimed:
+        header = [header, str(claim_token)]
     result = _finish(
-        "initialize",
+        "initialize_claimed" if claimed else "initialize",
         proposal.transition_id,
-        format_timestamp(proposal.wake_at),
+        header,
         run,
         events,
         limits,
         checkpoint_type=CheckpointType.RUN_INITIALIZED,
+        claim_token=str(claim_token) if claimed else None,
         wake_at=proposal.wake_at,
     )
     if not isinstance(result, ValidTransition):
@@ -535,4 +569,5 @@ __all__ = [
     "validate_commit_unclaimed",
     "validate_graph_save",
     "validate_initialize",
+    "validate_initialize_claimed",
 ]

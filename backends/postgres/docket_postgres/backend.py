@@ -95,6 +95,7 @@ from docket.contract.queries import (
 )
 from docket.contract.validate import (
     Replay,
+    ValidationResult,
     ValidTransition,
     check_identity,
     check_replay,
@@ -105,6 +106,7 @@ from docket.contract.validate import (
     validate_commit_unclaimed,
     validate_graph_save,
     validate_initialize,
+    validate_initialize_claimed,
 )
 from docket.records import (
     CheckpointType,
@@ -287,7 +289,7 @@ _LIST_EVENTS = (
 )
 _INITIALIZE = (
     "SELECT * FROM @schema@.initialize_run(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-    "%s::timestamptz, %s::timestamptz, %s::timestamptz, %s, %s, %s::timestamptz, "
+    "%s::timestamptz, %s::timestamptz, %s::timestamptz, %s, %s, %s::timestamptz, %s, "
     "%s::timestamptz, %s::bigint[], %s::bytea[], %s::bytea[])"
 )
 _COMMIT = (
@@ -309,8 +311,8 @@ _INITIALIZE_MANY = (
     "SELECT * FROM @schema@.initialize_runs(%s::text[], %s::text[], %s::text[], %s::text[], "
     "%s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[], "
     "%s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::bytea[], %s::text[], "
-    "%s::timestamptz[], %s::timestamptz, %s::integer[], %s::bigint[], %s::bytea[], "
-    "%s::bytea[], %s::integer[], %s::boolean[], %s::integer[])"
+    "%s::timestamptz[], %s::text[], %s::timestamptz, %s::integer[], %s::bigint[], "
+    "%s::bytea[], %s::bytea[], %s::integer[], %s::boolean[], %s::integer[])"
 )
 
 
@@ -359,7 +361,7 @@ _COMMIT_STATEMENT: Final = _Statement(
 _INITIALIZE_STATEMENT: Final = _Statement(
     _INITIALIZE,
     _INITIALIZE_MANY,
-    (_T, _T, _T, _T, _T, _T, _T, _I8, _I8, _I8, _TS, _TS, _TS, _BY, _T, _TS),
+    (_T, _T, _T, _T, _T, _T, _T, _I8, _I8, _I8, _TS, _TS, _TS, _BY, _T, _TS, _T),
 )
 _WriteArgs = tuple[object, ...]
 #: A function's row, or the store's answer when the statement failed.
@@ -1150,6 +1152,25 @@ class PostgresBackend:
         self, owner: OwnerScope, proposal: InitProposal, events: Sequence[Event]
     ) -> TransitionResult:
         valid = validate_initialize(owner, proposal, events, self._limits)
+        return await self._initialize(owner, proposal, valid)
+
+    async def initialize_claimed(
+        self,
+        owner: OwnerScope,
+        proposal: InitProposal,
+        events: Sequence[Event],
+        claim_token: str,
+    ) -> TransitionResult:
+        """``ClaimedStarts`` (schema version 5): the run is written claimed by the token."""
+        valid = validate_initialize_claimed(owner, proposal, events, claim_token, self._limits)
+        return await self._initialize(owner, proposal, valid)
+
+    async def _initialize(
+        self,
+        owner: OwnerScope,
+        proposal: InitProposal,
+        valid: ValidationResult,
+    ) -> TransitionResult:
         if not isinstance(valid, ValidTransition):
             return valid
         key = _key(owner)
@@ -1174,6 +1195,7 @@ class PostgresBackend:
             valid.run_json,
             str(proposal.checkpoint_type),
             utc(proposal.wake_at),
+            valid.claim_token,
             self._given(None),
             [e.seq for e in valid.events],
             list(valid.event_json),

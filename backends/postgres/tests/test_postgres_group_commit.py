@@ -44,6 +44,7 @@ from docket.contract import (
     Schedule,
     StaleCheckpoint,
     Terminal,
+    TransitionResult,
 )
 from docket.contract.grouping import GroupCommit
 from docket.records import (
@@ -521,6 +522,67 @@ def test_a_burst_of_run_starts_is_grouped_and_each_gets_its_own_answer(
                 assert await backend.fetch_run(owner, proposal.run.id) == proposal.run
             assert isinstance(await backend.fetch_run(TENANTLESS, "nograph"), NotFound)
         finally:
+            await backend.close()
+
+    asyncio.run(body())
+
+
+def test_claimed_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_name: Names) -> None:
+    """Schema version 5: a start written claimed (``initialize_claimed``) goes set-wise
+    like a plain one, stored held by its token at its wake time, one attempt counted and
+    not due; plain starts of the same group keep their wakes."""
+
+    async def body() -> None:
+        schema = schema_name("claimedstart")
+        backend = await opened(pg_url, schema, commit_lanes=1)
+        conn = await admin(pg_url)
+        try:
+            document = graph_document("g")
+            ref = graph_ref(document)
+            assert isinstance(await backend.save_graph(TENANTLESS, ref, document), GraphVersion)
+            await _make_fail(conn, schema, "initialize_run")
+            now = await backend.now()
+            calls: list[Awaitable[TransitionResult]] = []
+            for i in range(6):
+                fresh = new_run(f"k{i}", ref, now, event_seq=1)
+                start = (TENANTLESS, init_proposal(fresh, now), events_for(fresh, now, [1]))
+                if i % 2:
+                    calls.append(backend.initialize_claimed(*start, f"tok-{i}"))
+                else:
+                    calls.append(backend.initialize(*start))
+            pilot = init_proposal(new_run("pilot", ref, now), now)
+            first, *answers = await _behind(
+                backend, "_init_group", backend.initialize(TENANTLESS, pilot, []), calls
+            )
+            assert isinstance(first, Permanent)  # went alone, through initialize_run
+            assert _grouped(backend, "_init_group") == {1: 1, len(calls): 1}
+            assert [a.id for a in answers if isinstance(a, Run)] == [f"k{i}" for i in range(6)]
+            for i in range(6):
+                info = await backend.inspect_run(TENANTLESS, f"k{i}")
+                assert isinstance(info, RunInfo)
+                if i % 2:
+                    assert (info.claimed_at, info.wake_at, info.claim_attempts) == (now, None, 1)
+                else:
+                    assert (info.claimed_at, info.wake_at, info.claim_attempts) == (None, now, 0)
+            batch = await backend.claim_due(
+                ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=3)
+            )
+            assert isinstance(batch, ClaimBatch)
+            assert sorted(lease.run_id for lease in batch.leases) == ["k0", "k2", "k4"]
+            # each claimed start is held by its own token
+            for i in (1, 3, 5):
+                run = await backend.fetch_run(TENANTLESS, f"k{i}")
+                assert isinstance(run, Run)
+                held = await backend.commit_claimed(
+                    TENANTLESS, claimed(successor(run, now), f"tok-{i}"), []
+                )
+                assert isinstance(held, Run) and held.checkpoint_seq == 2
+                stale = await backend.commit_claimed(
+                    TENANTLESS, claimed(successor(held, now), f"tok-{i + 1}"), []
+                )
+                assert isinstance(stale, StaleCheckpoint)
+        finally:
+            await conn.close()
             await backend.close()
 
     asyncio.run(body())

@@ -103,6 +103,7 @@ from docket.contract.queries import (
 )
 from docket.contract.registry import BackendFactory
 from docket.contract.validate import (
+    ValidationResult,
     ValidTransition,
     check_identity,
     check_replay,
@@ -112,6 +113,7 @@ from docket.contract.validate import (
     validate_commit_unclaimed,
     validate_graph_save,
     validate_initialize,
+    validate_initialize_claimed,
 )
 from docket.records import (
     CheckpointType,
@@ -1220,10 +1222,28 @@ class RedisBackend:
         self, owner: OwnerScope, proposal: InitProposal, events: Sequence[Event]
     ) -> TransitionResult:
         valid = validate_initialize(owner, proposal, events, self._limits)
+        return await self._initialize(owner, proposal, valid)
+
+    async def initialize_claimed(
+        self,
+        owner: OwnerScope,
+        proposal: InitProposal,
+        events: Sequence[Event],
+        claim_token: str,
+    ) -> TransitionResult:
+        """``ClaimedStarts``: the run is written as ``claim_take`` would lease it to
+        ``claim_token`` at ``proposal.wake_at`` (the same script as ``initialize``)."""
+        valid = validate_initialize_claimed(owner, proposal, events, claim_token, self._limits)
+        return await self._initialize(owner, proposal, valid)
+
+    async def _initialize(
+        self, owner: OwnerScope, proposal: InitProposal, valid: ValidationResult
+    ) -> TransitionResult:
         if not isinstance(valid, ValidTransition):
             return valid
         scope = self._ns.scope(owner)
         run = valid.run
+        token = valid.claim_token
         started = to_micros(run.started_at)
         # On a single server the script registers the scope and takes the listing order
         # itself (one call); a cluster keeps those keys on other slots, so ask first.
@@ -1243,6 +1263,7 @@ class RedisBackend:
                     scope.by_status(RunStatus.RUNNING),
                     scope.by_graph(run.graph_id),
                     scope.by_hash(run.graph_hash),
+                    scope.claimed,
                     *((self._ns.registry, self._ns.order) if folded else ()),
                 ],
                 [
@@ -1264,6 +1285,7 @@ class RedisBackend:
                     run.id,
                     proposal.checkpoint_type.value,
                     order,
+                    token or "",
                     str(len(valid.events)),
                     *_event_args(valid),
                 ],
@@ -1275,6 +1297,9 @@ class RedisBackend:
         if code == "OK":
             if folded:
                 self._registered.add(scope.part)
+            if token is not None:  # its holder commits next: patch against this document
+                pieces = long_document(valid.run_json)
+                self._documents.remember(scope.part, run.id, run.checkpoint_seq, pieces)
             return valid.run  # what was just stored, checked durable: no decode
         if code == "NOT_FOUND_GRAPH":
             return NotFound("graph")

@@ -107,6 +107,7 @@ from docket.contract.queries import (
 )
 from docket.contract.validate import (
     Replay,
+    ValidationResult,
     ValidTransition,
     check_identity,
     check_replay,
@@ -117,6 +118,7 @@ from docket.contract.validate import (
     validate_commit_unclaimed,
     validate_graph_save,
     validate_initialize,
+    validate_initialize_claimed,
 )
 from docket.records import (
     CheckpointType,
@@ -1255,12 +1257,34 @@ class SQLiteBackend:
         self, owner: OwnerScope, proposal: InitProposal, events: Sequence[Event]
     ) -> TransitionResult:
         valid = validate_initialize(owner, proposal, events, self._limits)
+        return await self._initialize(owner, proposal, valid)
+
+    async def initialize_claimed(
+        self,
+        owner: OwnerScope,
+        proposal: InitProposal,
+        events: Sequence[Event],
+        claim_token: str,
+    ) -> TransitionResult:
+        """``ClaimedStarts``: the run is written claimed by ``claim_token`` (claimed at
+        ``proposal.wake_at``, one claim attempt, no wake, nothing announced)."""
+        valid = validate_initialize_claimed(owner, proposal, events, claim_token, self._limits)
+        return await self._initialize(owner, proposal, valid)
+
+    async def _initialize(
+        self, owner: OwnerScope, proposal: InitProposal, valid: ValidationResult
+    ) -> TransitionResult:
         if not isinstance(valid, ValidTransition):
             return valid
         key = _key(owner)
         run = valid.run
         hashes = _content_hashes(valid)
-        wake_us = _us(proposal.wake_at)
+        token = valid.claim_token
+        start_us = _us(proposal.wake_at)
+        # a claimed start holds its claim from the start's own time, with no wake
+        wake_us = start_us if token is None else None
+        claimed_us = None if token is None else start_us
+        attempts = 0 if token is None else 1
         head, pieces = _cut(valid.run_json)
 
         def job(conn: sqlite3.Connection) -> _Done[Run | bytes | TransitionError]:
@@ -1282,8 +1306,9 @@ class SQLiteBackend:
             conn.execute(
                 "INSERT INTO docket_runs (tenant, run_id, graph_id, graph_hash, status, step, "
                 "checkpoint_seq, event_seq, started_at_us, updated_at_us, finished_at_us, "
-                "run_json, run_parts, latest_checkpoint_type, wake_at_us) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "run_json, run_parts, latest_checkpoint_type, wake_at_us, claim_token, "
+                "claimed_at_us, claim_attempts) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     key,
                     run.id,
@@ -1300,13 +1325,17 @@ class SQLiteBackend:
                     len(pieces),
                     str(proposal.checkpoint_type),
                     wake_us,
+                    token,
+                    claimed_us,
+                    attempts,
                 ),
             )
             _store_pieces(conn, key, run.id, pieces, 0)
             _record(conn, key, run.id, proposal.transition_id, valid.digest)
             _insert_events(conn, key, valid, hashes, range(len(valid.events)))
             # what was just stored, already checked durable: no decode of its bytes
-            return _Done(valid.run, announce=wake_us <= self._now_us(None))
+            due = wake_us is not None and wake_us <= self._now_us(None)
+            return _Done(valid.run, announce=due)
 
         return await self._transition(job)
 

@@ -1,4 +1,5 @@
--- initialize: create a run, its first wake and its first events, all or nothing.
+-- initialize: create a run, its first wake and its first events, all or nothing; or
+-- (initialize_claimed, a claim token given) create it already claimed by that token.
 --
 -- Every check returns before the first write (a Lua error would not roll back):
 -- the graph version must exist in the owner's scope, then the run id must be free
@@ -7,15 +8,19 @@
 -- KEYS  1 graph documents   2 run          3 transitions    4 event bodies
 --       5 event index       6 ready zset   7 summaries      8 run index
 --       9 run index of status 'running'   10 run index of the graph id
---      11 run index of the graph hash
+--      11 run index of the graph hash     12 claimed zset
 -- ARGV  1 graph field ('d:' .. graph_hash)   2 transition_id   3 digest
 --       4 run document   5 graph_id   6 graph_hash   7 status   8 checkpoint_seq
 --       9 event_seq   10 started_at us   11 wake_at us   12 now us ('' = server TIME)
 --      13 wake channel   14 index member   15 summary   16 run_id   17 checkpoint type
---      18 listing order   19 number of events, then (seq, body, digest) per event
+--      18 listing order   19 claim token ('' = none)   20 number of events, then
+--      (seq, body, digest) per event
+-- A claim token stores the run as claim_take leases one: held by the token, claimed at
+-- wake_at (in the claimed zset, not the ready one), its first attempt counted, no wake,
+-- and nothing announced (nothing is due).
 -- On a single server (not a cluster, where these keys live on other slots) the caller
--- folds the scope registration in, saving a call: KEYS 12 scope registry (set)
--- 13 order counter, and ARGV 18 is then the scope's key part; the listing order is
+-- folds the scope registration in, saving a call: KEYS 13 scope registry (set)
+-- 14 order counter, and ARGV 18 is then the scope's key part; the listing order is
 -- taken here, only once every check has passed.
 -- #include doc_pieces
 local function clock(given)
@@ -40,28 +45,37 @@ end
 
 -- every check passed: publish
 local order = ARGV[18]
-if #KEYS >= 13 then
-  redis.call('SADD', KEYS[12], ARGV[18])
-  order = tostring(redis.call('INCR', KEYS[13]))
+if #KEYS >= 14 then
+  redis.call('SADD', KEYS[13], ARGV[18])
+  order = tostring(redis.call('INCR', KEYS[14]))
+end
+local token = ARGV[19]
+local due = {'wake', ARGV[11], 'attempts', '0'}
+if token ~= '' then  -- as claim_take leases it
+  due = {'token', token, 'claimed', ARGV[11], 'attempts', '1'}
 end
 write_doc(KEYS[2], ARGV[4])
 redis.call('HSET', KEYS[2],
   'graph_id', ARGV[5], 'graph_hash', ARGV[6], 'status', ARGV[7],
-  'cseq', ARGV[8], 'eseq', ARGV[9], 'started', ARGV[10], 'wake', ARGV[11],
-  'attempts', '0', 'abandons', '0', 'ct', ARGV[17], 'ord', order)
+  'cseq', ARGV[8], 'eseq', ARGV[9], 'started', ARGV[10],
+  'abandons', '0', 'ct', ARGV[17], 'ord', order, unpack(due))
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
-local n = tonumber(ARGV[19])
+local n = tonumber(ARGV[20])
 for i = 0, n - 1 do
-  local seq = ARGV[20 + 3 * i]
-  redis.call('HSET', KEYS[4], seq, ARGV[21 + 3 * i], 'd' .. seq, ARGV[22 + 3 * i])
+  local seq = ARGV[21 + 3 * i]
+  redis.call('HSET', KEYS[4], seq, ARGV[22 + 3 * i], 'd' .. seq, ARGV[23 + 3 * i])
   redis.call('ZADD', KEYS[5], seq, seq)
 end
-redis.call('ZADD', KEYS[6], ARGV[11], ARGV[16])
+if token == '' then
+  redis.call('ZADD', KEYS[6], ARGV[11], ARGV[16])
+else
+  redis.call('ZADD', KEYS[12], ARGV[11], ARGV[16])
+end
 redis.call('HSET', KEYS[7], ARGV[16], order .. '|' .. ARGV[15])
 for k = 8, 11 do
   redis.call('ZADD', KEYS[k], 0, ARGV[14])
 end
-if tonumber(ARGV[11]) <= clock(ARGV[12]) then
+if token == '' and tonumber(ARGV[11]) <= clock(ARGV[12]) then
   redis.call('PUBLISH', ARGV[13], 'due')
 end
 return {'OK'}
