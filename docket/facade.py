@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar
+from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar, cast
 
 import attrs
 
@@ -45,10 +45,11 @@ from docket.contract.proposals import (
     ClaimPolicy,
     EventListQuery,
     GraphListQuery,
+    Lease,
     PoisonedClaim,
     RunListQuery,
 )
-from docket.contract.protocols import Backend, GraphSaveResult
+from docket.contract.protocols import Backend, ClaimedStarts, GraphSaveResult
 from docket.contract.registry import UnknownBackend, from_url
 from docket.core.errors import CoreError
 from docket.core.init import build_initial_run, initialize
@@ -281,6 +282,7 @@ class Docket:
             telemetry=self.telemetry,
         )
         self._workers: list[Worker] = []
+        self._claimed_starts: bool | None = None  # the store declares ClaimedStarts
         self._capabilities: Capabilities | None = None
         self._state: Literal["new", "open", "closed"] = "new"
 
@@ -497,18 +499,61 @@ class Docket:
             raise from_core(moment)
         assert not isinstance(moment, Terminated)  # a created run is never terminal
         proposal = init_proposal(moment, transition_id=self._ids("transition"))
+        eager = self._eager_slot()
         with log_context(run_id=created.id):
-            stored: TransitionResult = await commit(
-                functools.partial(
+            if eager is None:
+                write = functools.partial(
                     self._store.transitions.initialize, owner, proposal, moment.events
-                ),
-                self._policy,
-                what=f"start of run {created.id}",
-            )
+                )
+            else:
+                token = self._ids("claim")
+                write = functools.partial(
+                    eager[1].initialize_claimed, owner, proposal, moment.events, token
+                )
+            try:
+                stored: TransitionResult = await commit(
+                    write, self._policy, what=f"start of run {created.id}"
+                )
+            except BaseException:
+                if eager is not None:
+                    eager[0].unreserve()
+                raise
+        if eager is not None:
+            if isinstance(stored, Run) and stored.checkpoint_seq == proposal.run.checkpoint_seq:
+                lease = Lease(
+                    run_id=stored.id,
+                    owner=owner,
+                    graph_id=stored.graph_id,
+                    graph_hash=stored.graph_hash,
+                    checkpoint_seq=stored.checkpoint_seq,
+                    claim_token=token,
+                    claimed_at=proposal.wake_at,
+                    claim_attempt=1,
+                    orphan_ttl=timedelta(seconds=self.settings.claim_ttl),
+                )
+                eager[0].adopt(lease, stored)
+            else:
+                eager[0].unreserve()
         if not isinstance(stored, Run):
             raise from_contract(stored, subject=f"run {created.id!r}")
         self._deliver(moment, owner, "start")
         return stored
+
+    def _eager_slot(self) -> tuple[Worker, ClaimedStarts] | None:
+        """A running worker of this Docket with a slot promised to the run being started,
+        and the store to start it claimed with; None unless the settings allow eager
+        starts and the store declares ``ClaimedStarts``."""
+        if not self.settings.eager_starts or not self._workers:
+            return None
+        transitions = self._store.transitions
+        if self._claimed_starts is None:  # a Protocol isinstance is slow: once
+            self._claimed_starts = isinstance(transitions, ClaimedStarts)
+        if not self._claimed_starts:
+            return None
+        for worker in self._workers:
+            if worker.reserve():
+                return worker, cast(ClaimedStarts, transitions)
+        return None
 
     def _deliver(self, moment: Moment, owner: OwnerScope, operation: Literal["start"]) -> None:
         if self.telemetry:

@@ -32,6 +32,10 @@ setting                       default     meaning
 ``incompatible_backoff``      30.0        first delay before a run whose node timeouts exceed
                                           this host is offered again (doubles, capped below)
 ``incompatible_backoff_cap``  3600.0      cap of that delay
+``eager_starts``              True        a run started through a Docket whose running worker
+                                          has a free slot is written already claimed by that
+                                          worker and drained at once (when the backend
+                                          declares ``ClaimedStarts``)
 ============================  ==========  ====================================================
 
 The recovery bound of a dead worker's run is ``claim_ttl + poll_interval`` (while some
@@ -92,6 +96,7 @@ class Settings:
     abandon_backoff: float = 5.0
     incompatible_backoff: float = 30.0
     incompatible_backoff_cap: float = 3600.0
+    eager_starts: bool = True
 
     def problems(self) -> list[str]:
         """Every reason these settings cannot run (empty when they can)."""
@@ -106,6 +111,8 @@ class Settings:
             value = getattr(self, name)
             if not _integer(value) or value < 1:
                 out.append(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.eager_starts, bool):
+            out.append(f"eager_starts must be True or False, got {self.eager_starts!r}")
         if self.max_supersteps is not None and (
             not _integer(self.max_supersteps) or self.max_supersteps < 1
         ):

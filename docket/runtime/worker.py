@@ -38,7 +38,7 @@ import attrs
 
 from docket.contract.proposals import ClaimBatch, ClaimClass, ClaimPolicy, Lease, PoisonedClaim
 from docket.contract.protocols import Backend
-from docket.records import tenant_id_of
+from docket.records import Run, tenant_id_of
 from docket.runtime.drain import Drainer, DrainOutcome
 from docket.settings import Settings
 from docket.telemetry import NO_SPAN, Measurements, Span, Telemetry, stamp_logger, store_result
@@ -59,6 +59,7 @@ class WorkerStats:
     leases: int = 0
     poisoned: int = 0
     commits: int = 0
+    eager_starts: int = 0  # runs started by this process and handed over claimed
     released_at_shutdown: int = 0
     outcomes: Counter[str] = attrs.field(factory=Counter)
     poisoned_runs: list[PoisonedClaim] = attrs.field(factory=list)
@@ -86,6 +87,10 @@ class Worker:
         self.name = name
         self.stats = WorkerStats()
         self._active: dict[asyncio.Task[DrainOutcome], Lease] = {}
+        self._parked: set[asyncio.Task[DrainOutcome]] = set()  # active, run handed back
+        self._reserved = 0  # slots promised to eager starts still committing
+        self._settled = asyncio.Event()  # set whenever no slot is reserved
+        self._settled.set()
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -100,6 +105,38 @@ class Worker:
     @property
     def in_flight(self) -> int:
         return len(self._active)
+
+    # -- eager starts ----------------------------------------------------------------------
+
+    def reserve(self) -> bool:
+        """Promise a slot to a run this process is starting (an eager start): False when
+        the worker is not running, stopping, or has no free slot. Follow with
+        :meth:`adopt` once the start committed claimed, or :meth:`unreserve`."""
+        if not self.running or self._stopping:
+            return False
+        if self._busy() >= self._settings.concurrency:
+            return False
+        self._reserved += 1
+        self._settled.clear()
+        return True
+
+    def unreserve(self) -> None:
+        """Give back a slot :meth:`reserve` promised (the start failed or went unclaimed)."""
+        self._reserved -= 1
+        if not self._reserved:
+            self._settled.set()
+        if self._wake is not None:
+            self._wake.set()
+
+    def adopt(self, lease: Lease, run: Run) -> None:
+        """Drain a run this process started claimed, in the slot :meth:`reserve` promised.
+        ``run`` is what the start wrote (the drain need not read it). A worker stopping
+        meanwhile hands the claim back (the drain's first check)."""
+        self._reserved -= 1
+        if not self._reserved:
+            self._settled.set()
+        self.stats.eager_starts += 1
+        self._launch(lease, run)
 
     def start(self) -> None:
         """Start the dispatcher in a task of the running loop."""
@@ -142,7 +179,7 @@ class Worker:
                 if announced is None or announced.done():
                     announced = asyncio.ensure_future(self._announced(self._pause()))
                 poll_started = time.monotonic()
-                demand = self._settings.concurrency - len(self._active)
+                demand = self._settings.concurrency - self._busy()
                 filled = False
                 if demand > 0:
                     filled = await self._poll(demand)
@@ -224,17 +261,30 @@ class Worker:
             self._launch(lease)
         return len(batch.leases) + len(batch.poisoned) >= demand
 
-    def _launch(self, lease: Lease) -> None:
+    def _busy(self) -> int:
+        """Slots taken: drains still working their run, and slots promised to starts."""
+        return len(self._active) - len(self._parked) + self._reserved
+
+    def _launch(self, lease: Lease, run: Run | None = None) -> None:
         self.stats.leases += 1
+        this: list[asyncio.Task[DrainOutcome]] = []
+
+        def parked() -> None:  # the run is handed back: its slot is free for the next
+            self._parked.add(this[0])
+            if self._wake is not None:
+                self._wake.set()
+
         task = asyncio.get_running_loop().create_task(
-            self._drainer.drain(lease, stopping=lambda: self._stopping),
+            self._drainer.drain(lease, stopping=lambda: self._stopping, run=run, parked=parked),
             name=f"drain {lease.run_id}",
         )
+        this.append(task)
         self._active[task] = lease
         task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[DrainOutcome]) -> None:
         self._active.pop(task, None)
+        self._parked.discard(task)
         if not task.cancelled() and task.exception() is None:
             outcome = task.result()
             self.stats.outcomes[outcome.kind] += 1
@@ -272,6 +322,10 @@ class Worker:
 
     async def _shutdown(self) -> None:
         self._stopping = True
+        # an eager start still committing adopts (and its drain releases) or gives back
+        # its slot within one commit; wait for it so its drain is not left behind
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._settled.wait(), self._settings.shutdown_timeout)
         active = dict(self._active)
         if not active:
             return

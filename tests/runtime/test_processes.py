@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from tests.runtime import worker_app
 from tests.runtime.crash_checks import (
     HOLD_AFTER,
     POLL,
+    ROOT,
     TTL,
     check_commit_log,
     check_finished_runs,
@@ -23,6 +25,7 @@ from tests.runtime.crash_checks import (
     spawn_worker,
     until,
     wait_ready,
+    worker_env,
     worker_processes,
 )
 
@@ -175,3 +178,58 @@ def test_sigterm_stops_a_worker_gracefully(tmp_path: Path) -> None:
         assert info.claimed_at is None and info.wake_at is not None  # handed back at once
         assert info.run.checkpoint_seq == 1
         assert "stopped: 1 leases, 0 commits" in (tmp_path / "a.err").read_text()
+
+
+def test_runs_started_eagerly_by_a_killed_process_are_finished_by_another(
+    tmp_path: Path,
+) -> None:
+    """A process starts runs beside its own worker (each written already claimed by it),
+    begins their first node and is SIGKILLed holding every one of them. Another worker
+    takes them all over once their claims expire and finishes them, each checkpoint
+    committed exactly once."""
+    db = tmp_path / "runs.db"
+    url = f"sqlite:///{db}"
+    runs = 6
+    with SyncDocket(url, nodes=worker_app.NODES) as docket, worker_processes() as procs:
+        starter = subprocess.Popen(
+            [sys.executable, "-m", "tests.runtime.eager_starter", str(runs)],
+            cwd=ROOT,
+            env=worker_env(url, tmp_path, DOCKET_TEST_HOLD_AFTER="0"),
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp_path / "starter.err").open("w"),
+            text=True,
+        )
+        procs.append(starter)
+
+        def all_running() -> bool:
+            started = {line[1] for line in log_lines(tmp_path, "attempts")}
+            return len(started) == runs
+
+        until(all_running, 60, "the starter to begin the first node of every run", 0.1)
+        held = _claims(db)
+        assert sorted(held) == [f"eager-{i}" for i in range(runs)]
+        starts = {line[1] for line in log_lines(tmp_path, "started")}
+        assert starts == set(held)
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            (polled,) = conn.execute(
+                "SELECT count(*) FROM docket_runs WHERE claim_attempts != 1 "
+                "OR checkpoint_seq != 1 OR wake_at_us IS NOT NULL"
+            ).fetchone()
+        assert polled == 0  # each held by the start itself: first attempt, no wake, no commit
+        starter.send_signal(signal.SIGKILL)
+        starter.wait(timeout=10)
+        assert _claims(db) == held  # nobody released them
+        procs.append(_spawn(tmp_path, "taker"))
+        until(lambda: _count_done(db) == runs, 60, f"all {runs} runs done")
+        procs[-1].send_signal(signal.SIGTERM)
+        assert procs[-1].wait(timeout=30) == 0
+        checkpoints = check_finished_runs(docket, runs)
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        per_run = dict(
+            conn.execute("SELECT run_id, count(*) FROM docket_transitions GROUP BY run_id")
+        )
+        seqs = dict(conn.execute("SELECT run_id, checkpoint_seq FROM docket_runs"))
+    assert per_run == seqs
+    assert checkpoints == sum(seqs.values())
+    # the starter's node attempts of each run were re-executed by the taker
+    assert replayed_attempts(tmp_path) >= runs
