@@ -176,3 +176,45 @@ def test_a_claimed_start_whose_process_died_is_taken_over_after_the_ttl() -> Non
             check_events(done, await b.history("orphan"))
 
     asyncio.run(scenario())
+
+
+def test_slots_its_own_drains_free_do_not_make_the_worker_poll() -> None:
+    """What this process started, it drained: a slot freed by its own drain owes no
+    ``claim_due`` (the only poll is the worker's first, which found nothing)."""
+
+    async def scenario() -> None:
+        backend = CountingBackend()
+        async with _docket(backend) as docket:
+            ref = await docket.save_graph(napping(0, steps=2))
+            async with docket.worker(concurrency=2) as worker:
+                await wait_for(lambda: worker.stats.polls >= 1)
+                for index in range(12):
+                    await docket.start_run(ref, run_id=f"r{index}")
+                    await docket.await_run(f"r{index}", timeout=5, poll_interval=0.005)
+                await wait_for(lambda: worker.stats.outcomes["parked"] == 12)
+                assert worker.stats.eager_starts == 12
+                assert worker.stats.polls == 1
+
+    asyncio.run(scenario())
+
+
+def test_an_announcement_heard_while_full_is_polled_for_when_a_slot_frees() -> None:
+    """The worker is full when a plain start is announced; the poll it owes happens as
+    soon as a slot frees, not a poll interval (30 s here) later."""
+
+    async def scenario() -> None:
+        backend = CountingBackend()
+        async with _docket(backend, poll_interval=30.0) as docket:
+            ref = await docket.save_graph(napping(0.3))
+            async with docket.worker(concurrency=1) as worker:
+                await wait_for(lambda: worker.stats.polls >= 1)
+                await docket.start_run(ref, run_id="holder")  # eager: takes the slot
+                await docket.start_run(ref, run_id="waiting")  # plain, announced
+                done = await docket.await_run("waiting", timeout=10, poll_interval=0.01)
+                assert done.status is RunStatus.DONE
+                assert backend.claimed_by_poll == ["waiting"]
+                # the first poll, the one that took "waiting" (it filled the demand, so
+                # one more looked for more), and that one
+                assert worker.stats.polls == 3
+
+    asyncio.run(scenario())
