@@ -173,28 +173,20 @@ class Worker:
         if self._stopping:
             self._wake.set()
         announced: asyncio.Task[bool] | None = None
-        # Due work may be waiting that no poll has looked for: at first, after a poll that
-        # filled its demand, and once an announcement or the poll interval came. A slot
-        # freed by this worker's own drain adds none (what it started, it drained), so
-        # it polls only if that was owed — a full worker that heard an announcement, say.
-        owed = True
-        poll_started = time.monotonic()
         try:
             while not self._stopping:
                 self._wake.clear()
                 if announced is None or announced.done():
                     announced = asyncio.ensure_future(self._announced(self._pause()))
+                poll_started = time.monotonic()
                 demand = self._settings.concurrency - self._busy()
                 filled = False
-                if demand > 0 and owed:
-                    poll_started = time.monotonic()
+                if demand > 0:
                     filled = await self._poll(demand)
-                    owed = filled
                 if filled and not self._stopping:
                     await asyncio.sleep(0)  # more may be due: poll again, letting others run
                     continue
-                if await self._idle(announced, poll_started):
-                    owed = True
+                await self._idle(announced, poll_started)
         finally:
             if announced is not None and not announced.done():
                 announced.cancel()
@@ -216,17 +208,14 @@ class Worker:
             await asyncio.sleep(timeout)
             return False
 
-    async def _idle(self, announced: asyncio.Task[bool], poll_started: float) -> bool:
-        """Wait for an announcement, a local wake or the poll interval; True unless only
-        a local wake (a slot freed or given back) ended the wait."""
+    async def _idle(self, announced: asyncio.Task[bool], poll_started: float) -> None:
         assert self._wake is not None
         if self._stopping:
-            return False
-        woken: asyncio.Future[bool] = asyncio.ensure_future(self._wake.wait())
+            return
+        woken = asyncio.ensure_future(self._wake.wait())
         limit = max(0.0, poll_started + self._settings.poll_interval - time.monotonic())
-        done: set[asyncio.Future[bool]] = set()
         try:
-            done, _ = await asyncio.wait(
+            await asyncio.wait(
                 {announced, woken}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
             )
         finally:
@@ -234,7 +223,6 @@ class Worker:
                 woken.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await woken
-        return announced.done() or woken not in done
 
     async def _poll(self, demand: int) -> bool:
         """One ``claim_due``; True when it filled the whole demand (more may be due)."""
