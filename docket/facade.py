@@ -45,7 +45,6 @@ from docket.contract.proposals import (
     ClaimPolicy,
     EventListQuery,
     GraphListQuery,
-    Lease,
     PoisonedClaim,
     RunListQuery,
 )
@@ -520,18 +519,7 @@ class Docket:
                 raise
         if eager is not None:
             if isinstance(stored, Run) and stored.checkpoint_seq == proposal.run.checkpoint_seq:
-                lease = Lease(
-                    run_id=stored.id,
-                    owner=owner,
-                    graph_id=stored.graph_id,
-                    graph_hash=stored.graph_hash,
-                    checkpoint_seq=stored.checkpoint_seq,
-                    claim_token=token,
-                    claimed_at=proposal.wake_at,
-                    claim_attempt=1,
-                    orphan_ttl=timedelta(seconds=self.settings.claim_ttl),
-                )
-                eager[0].adopt(lease, stored)
+                eager[0].adopt(owner, stored, token, proposal.wake_at)
             else:
                 eager[0].unreserve()
         if not isinstance(stored, Run):

@@ -31,14 +31,14 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
-from typing import TypeAlias
+from datetime import datetime, timedelta
+from typing import TypeAlias, cast
 
 import attrs
 
 from docket.contract.proposals import ClaimBatch, ClaimClass, ClaimPolicy, Lease, PoisonedClaim
 from docket.contract.protocols import Backend
-from docket.records import Run, tenant_id_of
+from docket.records import OwnerScope, Run, tenant_id_of
 from docket.runtime.drain import Drainer, DrainOutcome
 from docket.settings import Settings
 from docket.telemetry import NO_SPAN, Measurements, Span, Telemetry, stamp_logger, store_result
@@ -122,21 +122,34 @@ class Worker:
 
     def unreserve(self) -> None:
         """Give back a slot :meth:`reserve` promised (the start failed or went unclaimed)."""
-        self._reserved -= 1
-        if not self._reserved:
-            self._settled.set()
+        self._settle_reservation()
         if self._wake is not None:
             self._wake.set()
 
-    def adopt(self, lease: Lease, run: Run) -> None:
-        """Drain a run this process started claimed, in the slot :meth:`reserve` promised.
-        ``run`` is what the start wrote (the drain need not read it). A worker stopping
-        meanwhile hands the claim back (the drain's first check)."""
+    def adopt(self, owner: OwnerScope, run: Run, token: str, claimed_at: datetime) -> None:
+        """Drain ``run``, which this process just started claimed by ``token`` at
+        ``claimed_at``, in the slot :meth:`reserve` promised; the drain starts from ``run``
+        (what the start wrote) instead of reading it. A worker stopping meanwhile hands the
+        claim back (the drain's first check)."""
+        self._settle_reservation()
+        self.stats.eager_starts += 1
+        lease = Lease(
+            run_id=run.id,
+            owner=owner,
+            graph_id=run.graph_id,
+            graph_hash=run.graph_hash,
+            checkpoint_seq=run.checkpoint_seq,
+            claim_token=token,
+            claimed_at=claimed_at,
+            claim_attempt=1,  # the start counted it, as claim_due counts a lease
+            orphan_ttl=_seconds(self._settings.claim_ttl),
+        )
+        self._launch(lease, run)
+
+    def _settle_reservation(self) -> None:
         self._reserved -= 1
         if not self._reserved:
             self._settled.set()
-        self.stats.eager_starts += 1
-        self._launch(lease, run)
 
     def start(self) -> None:
         """Start the dispatcher in a task of the running loop."""
@@ -267,20 +280,22 @@ class Worker:
 
     def _launch(self, lease: Lease, run: Run | None = None) -> None:
         self.stats.leases += 1
-        this: list[asyncio.Task[DrainOutcome]] = []
-
-        def parked() -> None:  # the run is handed back: its slot is free for the next
-            self._parked.add(this[0])
-            if self._wake is not None:
-                self._wake.set()
-
         task = asyncio.get_running_loop().create_task(
-            self._drainer.drain(lease, stopping=lambda: self._stopping, run=run, parked=parked),
+            self._drainer.drain(
+                lease, stopping=lambda: self._stopping, run=run, parked=self._drain_parked
+            ),
             name=f"drain {lease.run_id}",
         )
-        this.append(task)
         self._active[task] = lease
         task.add_done_callback(self._finished)
+
+    def _drain_parked(self) -> None:
+        """Called from a drain's task once its run is handed back: the slot is free."""
+        task = asyncio.current_task()
+        if task in self._active:
+            self._parked.add(cast(asyncio.Task[DrainOutcome], task))
+            if self._wake is not None:
+                self._wake.set()
 
     def _finished(self, task: asyncio.Task[DrainOutcome]) -> None:
         self._active.pop(task, None)

@@ -163,7 +163,7 @@ def test_a_claimed_start_whose_process_died_is_taken_over_after_the_ttl() -> Non
             ref = await a.save_graph(napping(0))
             async with a.worker() as dying:
                 # died between the start's commit and its drain
-                setattr(dying, "adopt", lambda lease, run: None)  # noqa: B010
+                setattr(dying, "adopt", lambda *_: None)  # noqa: B010
                 await a.start_run(ref, run_id="orphan")
             assert backend.claimed_starts == 1
             info = await a.inspect_run("orphan")

@@ -1401,7 +1401,8 @@ _INITIALIZE_RUN_V1_ARGS: Final = (
 _INITIALIZE_RUNS_V3_ARGS: Final = f"{_INITIALIZE_RUNS_V2_ARGS}, integer[], boolean[], integer[]"
 
 
-def _claimed_start(statement: str, replacements: tuple[tuple[str, str], ...]) -> str:
+def _rewritten(statement: str, replacements: tuple[tuple[str, str], ...]) -> str:
+    """``statement`` with each ``(old, new)`` applied; each ``old`` must occur once."""
     for old, new in replacements:
         assert statement.count(old) == 1, old
         statement = statement.replace(old, new)
@@ -1411,7 +1412,7 @@ def _claimed_start(statement: str, replacements: tuple[tuple[str, str], ...]) ->
 _V5: Final[tuple[str, ...]] = (
     f"DROP FUNCTION @schema@.initialize_runs({_INITIALIZE_RUNS_V3_ARGS})",
     f"DROP FUNCTION @schema@.initialize_run({_INITIALIZE_RUN_V1_ARGS})",
-    _claimed_start(
+    _rewritten(
         _V1_INITIALIZE_RUN,
         (
             (
@@ -1434,7 +1435,7 @@ _V5: Final[tuple[str, ...]] = (
             ),
         ),
     ),
-    _claimed_start(
+    _rewritten(
         _V3_INITIALIZE_RUNS,
         (
             (
