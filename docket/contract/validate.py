@@ -88,7 +88,7 @@ class ValidTransition:
     transition_id: str
     checkpoint_type: CheckpointType
     expected_checkpoint_seq: int | None = None  # None: initialize
-    claim_token: str | None = None  # set for claimed commits only
+    claim_token: str | None = None  # set for claimed commits and claimed starts only
     schedule: Schedule | None = None  # None: initialize (which uses wake_at)
     wake_at: datetime | None = None  # initialize only
 
