@@ -368,16 +368,18 @@ _WriteArgs = tuple[object, ...]
 _WriteAnswer = tuple[Any, ...] | Retryable | Permanent
 
 # The claimed run's document rides along with its lease, so the drain that follows need
-# not read it back. The join reads ``runs`` in the statement's own snapshot, which may
+# not read it back. The lookup reads ``runs`` in the statement's own snapshot, which may
 # predate a commit the claim saw: a document whose checkpoint is not the lease's is left
-# out (NULL), and the drain reads the run as usual. The join keeps the claim's order.
+# out (NULL), and the drain reads the run as usual. A subquery per claimed run rather than
+# a join: it is always a key probe, where a join was planned as a scan of the whole table
+# while ``runs`` had no statistics yet.
 _CLAIM = (
     "SELECT c.o_tenant, c.o_run_id, c.o_graph_id, c.o_graph_hash, c.o_checkpoint_seq, "
-    "c.o_token, c.o_attempts, c.o_poisoned, c.o_now, r.run_json "
+    "c.o_token, c.o_attempts, c.o_poisoned, c.o_now, CASE WHEN NOT c.o_poisoned THEN ("
+    "SELECT r.run_json FROM @schema@.runs r WHERE r.tenant = c.o_tenant "
+    "AND r.run_id = c.o_run_id AND r.checkpoint_seq = c.o_checkpoint_seq) END "
     "FROM @schema@.claim_due(%s::integer, %s::interval, %s::integer, %s, %s::timestamptz, %s) "
-    "WITH ORDINALITY c LEFT JOIN @schema@.runs r ON NOT c.o_poisoned "
-    "AND r.tenant = c.o_tenant AND r.run_id = c.o_run_id "
-    "AND r.checkpoint_seq = c.o_checkpoint_seq ORDER BY c.ordinality"
+    "WITH ORDINALITY c ORDER BY c.ordinality"
 )
 
 _REFRESH = (

@@ -48,7 +48,7 @@ from docket_postgres.errors import (
 )
 from docket_postgres.url import check_schema_name
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 NOTIFY_CHANNEL: Final = "docket_wake"
 
 _READY = "status = 'running' AND poisoned_at IS NULL AND claim_token IS NULL"
@@ -1468,6 +1468,37 @@ _V5: Final[tuple[str, ...]] = (
     ),
 )
 
+_COMMIT_RUNS_V3_ARGS: Final = f"{_COMMIT_RUNS_V2_ARGS}, integer[], boolean[], integer[]"
+_INITIALIZE_RUNS_V5_ARGS: Final = (
+    "text[], text[], text[], text[], text[], text[], text[], bigint[], bigint[], bigint[], "
+    "timestamptz[], timestamptz[], timestamptz[], bytea[], text[], timestamptz[], text[], "
+    "timestamptz, integer[], bigint[], bytea[], bytea[], integer[], boolean[], integer[]"
+)
+_CLAIM_DUE_ARGS: Final = "integer, interval, integer, text, timestamptz, boolean"
+# Probing a key, whatever the statistics say (the set-wise functions' SET clauses below).
+_INDEX_PROBES: Final = (
+    "SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off"
+)
+
+# Version 6: the set-wise functions (group commits, group starts, claims) join their
+# batch to the tables by key whatever the statistics say, and a claim is expected to
+# return a handful of runs.
+#
+# A function's statements are planned once per session (generic plans) and kept until
+# the table's statistics change. A session that first ran them while the tables were
+# new (never analyzed) got hash joins over a scan of the whole ``runs`` table, and kept
+# them until autovacuum's next ANALYZE: every commit then read every run. With hash and
+# merge joins and sequential scans off inside these functions, the only plan left is
+# the intended one, one index probe per write. (A later ``CREATE OR REPLACE`` of these
+# functions must repeat the SET clauses: it replaces them.) ``claim_due`` is estimated at
+# 16 rows instead of 1000, so the claim statement reads the claimed runs' documents by
+# key rather than by scanning ``runs`` for them.
+_V6: Final[tuple[str, ...]] = (
+    f"ALTER FUNCTION @schema@.commit_runs({_COMMIT_RUNS_V3_ARGS}) {_INDEX_PROBES}",
+    f"ALTER FUNCTION @schema@.initialize_runs({_INITIALIZE_RUNS_V5_ARGS}) {_INDEX_PROBES}",
+    f"ALTER FUNCTION @schema@.claim_due({_CLAIM_DUE_ARGS}) {_INDEX_PROBES} ROWS 16",
+)
+
 #: One step of the schema's history: applying ``statements`` to version ``version - 1``
 #: yields ``version``. Version 0 is "no docket objects in the schema yet".
 Migration = tuple[int, tuple[str, ...]]
@@ -1479,6 +1510,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     (3, _V3),
     (4, _V4),
     (5, _V5),
+    (6, _V6),
 )
 
 #: Tables and functions a schema at :data:`SCHEMA_VERSION` must have (the shape check).

@@ -648,3 +648,68 @@ def test_usual_run_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_na
             await backend.close()
 
     asyncio.run(body())
+
+
+def test_group_statements_probe_keys_on_a_store_without_statistics(
+    pg_url: str, schema_name: Names
+) -> None:
+    """Schema version 6: on a new store (its tables never analyzed), the set-wise
+    statements inside ``commit_runs`` and ``initialize_runs`` still join their batch to
+    the tables by index probes. The plans PostgreSQL actually ran are read back with
+    ``auto_explain``, loaded into each pooled session; before version 6 they were hash
+    joins over a scan of the whole ``runs`` table, cached for the session."""
+    plans: list[str] = []
+
+    async def body() -> None:
+        schema = schema_name("probes")
+        backend = PostgresBackend(pg_url, schema=schema, commit_lanes=1)
+        configure = backend._configure
+
+        async def explained(conn: Any) -> None:
+            await configure(conn)
+            for setting in (
+                b"LOAD 'auto_explain'",
+                b"SET auto_explain.log_min_duration = 0",
+                b"SET auto_explain.log_nested_statements = on",
+                b"SET client_min_messages = log",
+            ):
+                await conn.execute(setting, prepare=False)
+            conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+
+        backend._configure = explained  # type: ignore[method-assign]  # a test's session hook
+        await backend.open()
+        try:
+            ids = [f"p{i}" for i in range(6)]
+            starts = [f"s{i}" for i in range(6)]
+            held = await _claimed_runs(backend, [TENANTLESS] * len(ids), ids)
+            now = await backend.now()
+            commits = []
+            for run_id in ids:
+                owner, run, lease = held[run_id]
+                nxt = successor(run, now, new_events=1)
+                commits.append(
+                    backend.commit_claimed(
+                        owner, claimed(nxt, lease.claim_token), events_for(nxt, now, [2])
+                    )
+                )
+            ref = graph_ref(graph_document("g"))
+            fresh = [new_run(run_id, ref, now, event_seq=1) for run_id in starts]
+            inits = [
+                backend.initialize(TENANTLESS, init_proposal(r, now), events_for(r, now, [1]))
+                for r in fresh
+            ]
+            answers = await asyncio.gather(*commits, *inits)
+            assert all(isinstance(answer, Run) for answer in answers), answers
+            _grouped(backend)
+            _grouped(backend, "_init_group")
+        finally:
+            await backend.close()
+
+    asyncio.run(body())
+    assert any("FOR UPDATE OF r, l" in p for p in plans), plans  # commit_runs' locking read
+    assert any("INSERT INTO" in p and ".runs AS r" in p for p in plans), plans  # a group start
+    assert any("SKIP LOCKED" in p for p in plans), plans  # the claim
+    for plan in plans:
+        assert "Hash Join" not in plan and "Merge Join" not in plan, plan
+        for table in ("runs", "live", "transitions"):
+            assert f"Seq Scan on {table}" not in plan, plan
