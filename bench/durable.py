@@ -17,9 +17,11 @@ the difference of two :meth:`Place.footprint` readings around the measured runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import attrs
@@ -102,6 +104,23 @@ async def drive(
     return time.perf_counter() - started, tuple(latencies)
 
 
+@contextlib.contextmanager
+def settled_heap() -> Iterator[None]:
+    """The measured window of a trial starts on a collected heap whose survivors are frozen
+    (``gc.freeze``), for both engines alike, and ends unfrozen.
+
+    The harness process holds both engines, matplotlib and every earlier trial's leftovers,
+    so a full collection can pause it for tens of milliseconds: a large share of a trial
+    lasting half a second, landing on one engine's trial or the other's by chance. Young
+    collections still run, and are part of what an engine costs."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _per_run(before: Footprint, after: Footprint, runs: int) -> tuple[float, float]:
     return (after.bytes - before.bytes) / runs, (after.rows - before.rows) / runs
 
@@ -158,7 +177,8 @@ async def docket_trial(
             await drive(warmup, inflight, lambda i: one(i, "w"))
             before = await place.footprint() if footprint else Footprint(0, 0)
             ids.clear()
-            seconds, latencies = await drive(runs, inflight, one)
+            with settled_heap():
+                seconds, latencies = await drive(runs, inflight, one)
         after = await place.footprint() if footprint else Footprint(0, 0)
         problem, transitions = await check_invariants(docket, ids, runs, seen)
     if problem is not None:
@@ -221,7 +241,8 @@ async def langgraph_trial(
 
             await drive(warmup, inflight, lambda i: one(i, "w"))
             before = await place.footprint()
-            seconds, latencies = await drive(runs, inflight, one)
+            with settled_heap():
+                seconds, latencies = await drive(runs, inflight, one)
             after = await place.footprint()
             # LangGraph writes one checkpoint per superstep plus the input one.
             history = [
