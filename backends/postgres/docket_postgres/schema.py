@@ -1469,10 +1469,10 @@ _V5: Final[tuple[str, ...]] = (
 )
 
 _COMMIT_RUNS_V3_ARGS: Final = f"{_COMMIT_RUNS_V2_ARGS}, integer[], boolean[], integer[]"
-_INITIALIZE_RUNS_V5_ARGS: Final = (
-    "text[], text[], text[], text[], text[], text[], text[], bigint[], bigint[], bigint[], "
-    "timestamptz[], timestamptz[], timestamptz[], bytea[], text[], timestamptz[], text[], "
-    "timestamptz, integer[], bigint[], bytea[], bytea[], integer[], boolean[], integer[]"
+# version 5's tokens come right after the wakes
+_INITIALIZE_RUNS_V5_ARGS: Final = _rewritten(
+    _INITIALIZE_RUNS_V3_ARGS,
+    (("timestamptz[], timestamptz, integer[]", "timestamptz[], text[], timestamptz, integer[]"),),
 )
 _CLAIM_DUE_ARGS: Final = "integer, interval, integer, text, timestamptz, boolean"
 # Probing a key, whatever the statistics say (the set-wise functions' SET clauses below).

@@ -654,19 +654,16 @@ def test_group_statements_probe_keys_on_a_store_without_statistics(
     pg_url: str, schema_name: Names
 ) -> None:
     """Schema version 6: on a new store (its tables never analyzed), the set-wise
-    statements inside ``commit_runs`` and ``initialize_runs`` still join their batch to
-    the tables by index probes. The plans PostgreSQL actually ran are read back with
-    ``auto_explain``, loaded into each pooled session; before version 6 they were hash
-    joins over a scan of the whole ``runs`` table, cached for the session."""
+    statements inside ``commit_runs``, ``initialize_runs`` and ``claim_due`` still join
+    their batch to the tables by index probes. The plans PostgreSQL actually ran are read
+    back with ``auto_explain``, loaded into each pooled session; before version 6 they
+    were hash joins over a scan of the whole ``runs`` (or ``live``) table, cached for the
+    session."""
     plans: list[str] = []
 
-    async def body() -> None:
-        schema = schema_name("probes")
-        backend = PostgresBackend(pg_url, schema=schema, commit_lanes=1)
-        configure = backend._configure
-
-        async def explained(conn: Any) -> None:
-            await configure(conn)
+    class Explained(PostgresBackend):
+        async def _configure(self, conn: Any) -> None:
+            await super()._configure(conn)
             for setting in (
                 b"LOAD 'auto_explain'",
                 b"SET auto_explain.log_min_duration = 0",
@@ -676,7 +673,8 @@ def test_group_statements_probe_keys_on_a_store_without_statistics(
                 await conn.execute(setting, prepare=False)
             conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
 
-        backend._configure = explained  # type: ignore[method-assign]  # a test's session hook
+    async def body() -> None:
+        backend = Explained(pg_url, schema=schema_name("probes"), commit_lanes=1)
         await backend.open()
         try:
             ids = [f"p{i}" for i in range(6)]
