@@ -1,0 +1,68 @@
+"""The ``docket`` command line.
+
+Graph documents (no backend needed)::
+
+    docket graph check FILE.json      diagnostics (exit 1 on errors, 0 with warnings only)
+    docket graph hash FILE.json       the graph hash of the effective document
+    docket graph render FILE.json --format mermaid|dot
+
+Against a backend (``--backend URL`` or ``DOCKET_BACKEND``; ``--app module:attr`` uses an
+application's :class:`~docket.Docket` — its backend, node registry and tenant mode)::
+
+    docket graph publish FILE.json    compile and store; prints the graph reference
+    docket runs list|show|events|watch|cancel|retry|resolve
+    docket worker --app module:attr [--concurrency N] [--processes N] [--ui-port N]
+    docket ui [--host 127.0.0.1] [--port 8787] [--token T] [--worker]   the web console
+    docket migrate [--sql]            upgrade the store's schema (or print its DDL)
+    docket backup DEST                a consistent copy of a SQLite database
+    docket backends                   installed backends (and the chosen one's capabilities)
+
+Output is a human-readable table or text; ``--json`` prints JSON for scripts. Exit codes:
+0 success, 1 a refused request or a document with errors (the typed error is printed to
+stderr), 2 usage, file or configuration errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from docket.cli._admin import _add_admin_commands
+from docket.cli._common import _Failed, load_app
+from docket.cli._graphs import _add_graph_commands
+from docket.cli._runs import _add_run_commands
+from docket.cli._ui import _add_ui_command
+from docket.cli._worker import _add_worker_command
+from docket.errors import DocketError
+
+__all__ = ["load_app", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="docket", description="docket workflow engine")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_graph_commands(commands)
+    _add_run_commands(commands)
+    _add_worker_command(commands)
+    _add_admin_commands(commands)
+    _add_ui_command(commands)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except _Failed as failed:
+        return failed.code
+    except DocketError as exc:
+        _print_error(args, exc)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def _print_error(args: argparse.Namespace, exc: DocketError) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps({"error": exc.to_dict()}, ensure_ascii=False), file=sys.stderr)
+    else:
+        print(f"docket: {exc}", file=sys.stderr)

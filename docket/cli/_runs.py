@@ -1,0 +1,288 @@
+"""``docket runs``: list, inspect and steer runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+from docket.cli._common import (
+    _connection_options,
+    _fail,
+    _with_docket,
+)
+from docket.cli._output import (
+    _EVENT_HEADERS,
+    _emit,
+    _event_json,
+    _event_row,
+    _info_json,
+    _stream_line,
+    _summary_json,
+    _table,
+    _when,
+)
+from docket.facade import Docket
+from docket.records import (
+    RunCursor,
+    RunInfo,
+    format_timestamp,
+    parse_timestamp,
+)
+
+
+def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    runs = commands.add_parser("runs", help="list, inspect and steer runs")
+    sub = runs.add_subparsers(dest="runs_command", required=True, metavar="COMMAND")
+
+    listing = sub.add_parser("list", help="runs, newest first")
+    _connection_options(listing)
+    listing.add_argument("--status", action="append", default=None, help="filter (repeatable)")
+    listing.add_argument("--graph", dest="graph_id", default=None, help="filter by graph id")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument(
+        "--before", default=None, metavar="STARTED_AT,RUN_ID", help="page after this cursor"
+    )
+    listing.add_argument("--all-tenants", action="store_true", help="every tenant's runs")
+    listing.set_defaults(run=_runs_list)
+
+    show = sub.add_parser("show", help="one run: status, interrupts, output, claim state")
+    _connection_options(show)
+    show.add_argument("run_id")
+    show.set_defaults(run=_runs_show)
+
+    events = sub.add_parser("events", help="a run's event timeline")
+    _connection_options(events)
+    events.add_argument("run_id")
+    events.add_argument("--after", type=int, default=0, metavar="SEQ")
+    events.add_argument("--limit", type=int, default=1000)
+    events.set_defaults(run=_runs_events)
+
+    watch = sub.add_parser("watch", help="follow a run's events until it waits or ends")
+    _connection_options(watch)
+    watch.add_argument("run_id")
+    watch.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
+    watch.add_argument("--interval", type=float, default=0.5, metavar="SECONDS")
+    watch.set_defaults(run=_runs_watch)
+
+    cancel = sub.add_parser("cancel", help="cancel a running or waiting run")
+    _connection_options(cancel)
+    cancel.add_argument("run_id")
+    cancel.set_defaults(run=_runs_cancel)
+
+    retry = sub.add_parser("retry", help="make a poisoned run due again")
+    _connection_options(retry)
+    retry.add_argument("run_id")
+    retry.set_defaults(run=_runs_retry)
+
+    resolve = sub.add_parser("resolve", help="answer an open interrupt")
+    _connection_options(resolve)
+    resolve.add_argument("run_id")
+    resolve.add_argument("interrupt_id")
+    resolve.add_argument(
+        "value", help="the answer as JSON; text that is not JSON is taken as a string"
+    )
+    resolve.set_defaults(run=_runs_resolve)
+
+
+def _cursor(text: str | None) -> RunCursor | None:
+    if text is None:
+        return None
+    stamp, sep, run_id = text.partition(",")
+    try:
+        if not sep or not run_id:
+            raise ValueError("missing run id")
+        return RunCursor(parse_timestamp(stamp), run_id)
+    except ValueError as exc:
+        raise _fail(f"--before expects STARTED_AT,RUN_ID ({exc})") from None
+
+
+def _runs_list(args: argparse.Namespace) -> int:
+    before = _cursor(args.before)
+    page = _with_docket(
+        args,
+        lambda d: d.list_runs(
+            limit=args.limit,
+            before=before,
+            status=args.status,
+            graph_id=args.graph_id,
+            tenant_id=args.tenant,
+            all_tenants=args.all_tenants,
+        ),
+    )
+    cursor = page.next_before
+    next_text = (
+        f"{format_timestamp(cursor.started_at)},{cursor.run_id}"
+        if cursor is not None and page.has_more
+        else None
+    )
+    if args.json:
+        _emit(
+            {
+                "runs": [_summary_json(s) for s in page.runs],
+                "has_more": page.has_more,
+                "next_before": next_text,
+            }
+        )
+        return 0
+    rows = [
+        [
+            s.id,
+            s.tenant_id or "-",
+            s.graph_id,
+            str(s.status),
+            str(s.step),
+            str(s.checkpoint_seq),
+            _when(s.started_at),
+            _when(s.updated_at),
+        ]
+        for s in page.runs
+    ]
+    headers = ("RUN", "TENANT", "GRAPH", "STATUS", "STEP", "CKPT", "STARTED", "UPDATED")
+    _table(headers, rows)
+    if next_text is not None:
+        print(f"(more: --before {next_text})")
+    elif not rows:
+        print("(no runs)")
+    return 0
+
+
+def _runs_show(args: argparse.Namespace) -> int:
+    info = _with_docket(args, lambda d: d.inspect_run(args.run_id, tenant_id=args.tenant))
+    if args.json:
+        _emit(_info_json(info))
+        return 0
+    run = info.run
+    lines = [
+        ("run", run.id),
+        ("tenant", info.tenant_id or "-"),
+        ("graph", f"{run.graph_id} ({run.graph_hash[:12]})"),
+        ("status", str(run.status)),
+        ("step", str(run.step)),
+        ("checkpoint", f"{run.checkpoint_seq} ({info.latest_checkpoint_type})"),
+        ("events", str(run.event_seq)),
+        ("started", _when(run.started_at)),
+        ("updated", _when(run.updated_at)),
+        ("finished", _when(run.finished_at)),
+        ("wake at", _when(info.wake_at)),
+        ("claimed at", _when(info.claimed_at)),
+        ("claims", f"{info.claim_attempts} attempts, {info.claim_abandons} hand-backs"),
+    ]
+    if info.poisoned:
+        lines.append(("POISONED", f"{_when(info.poisoned_at)} ({info.poison_reason})"))
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        print(f"{key:<{width}}  {value}")
+    open_ones = [i for i in run.interrupts.values() if str(i.status) == "open"]
+    for interrupt in open_ones:
+        schema = json.dumps(interrupt.schema, ensure_ascii=False) if interrupt.schema else "-"
+        print(
+            f"interrupt {interrupt.id}: node {interrupt.node_id} waits for "
+            f"{interrupt.resume_channel!r} (schema {schema})"
+        )
+    if run.output is not None:
+        print(f"output  {json.dumps(run.output, ensure_ascii=False)}")
+    if run.failure is not None:
+        print(f"failure  {run.failure.code}: {run.failure.message}")
+    return 0
+
+
+def _runs_events(args: argparse.Namespace) -> int:
+    page = _with_docket(
+        args,
+        lambda d: d.list_events(
+            args.run_id, after_seq=args.after, limit=args.limit, tenant_id=args.tenant
+        ),
+    )
+    if args.json:
+        _emit(
+            {
+                "events": [_event_json(e) for e in page.events],
+                "next_after_seq": page.next_after_seq,
+                "has_more": page.has_more,
+                "latest_seq": page.latest_seq,
+            }
+        )
+        return 0
+    _table(_EVENT_HEADERS, [_event_row(e) for e in page.events])
+    if page.has_more:
+        print(f"(more: --after {page.next_after_seq})")
+    return 0
+
+
+def _runs_watch(args: argparse.Namespace) -> int:
+    if args.interval <= 0:
+        raise _fail("--interval must be positive")
+
+    async def watch(docket: Docket) -> int:
+        deadline = None if args.timeout is None else time.monotonic() + args.timeout
+        after = 0
+        widths = False
+        while True:
+            info = await docket.inspect_run(args.run_id, tenant_id=args.tenant)
+            page = await docket.list_events(
+                args.run_id, after_seq=after, limit=1000, tenant_id=args.tenant
+            )
+            for event in page.events:
+                if args.json:
+                    print(json.dumps(_event_json(event), ensure_ascii=False), flush=True)
+                else:
+                    if not widths:
+                        print(_stream_line(_EVENT_HEADERS))
+                        widths = True
+                    print(_stream_line(_event_row(event)), flush=True)
+            after = page.next_after_seq
+            status = info.run.status
+            if page.has_more:
+                continue
+            if info.poisoned or status.terminal or str(status) == "waiting":
+                state = "poisoned" if info.poisoned else str(status)
+                if not args.json:
+                    print(f"run {args.run_id} is {state}")
+                return 0
+            if deadline is not None and time.monotonic() >= deadline:
+                if not args.json:
+                    print(f"run {args.run_id} is still {status} (timeout)")
+                return 1
+            await asyncio.sleep(args.interval)
+
+    return _with_docket(args, watch)
+
+
+def _run_line(args: argparse.Namespace, verb: str, info: RunInfo) -> int:
+    if args.json:
+        _emit(_info_json(info))
+    else:
+        run = info.run
+        print(f"run {run.id} {verb}: {run.status} (checkpoint {run.checkpoint_seq})")
+    return 0
+
+
+def _runs_cancel(args: argparse.Namespace) -> int:
+    async def go(d: Docket) -> RunInfo:
+        await d.cancel_run(args.run_id, tenant_id=args.tenant)
+        return await d.inspect_run(args.run_id, tenant_id=args.tenant)
+
+    return _run_line(args, "cancelled", _with_docket(args, go))
+
+
+def _runs_retry(args: argparse.Namespace) -> int:
+    async def go(d: Docket) -> RunInfo:
+        await d.retry_poisoned_run(args.run_id, tenant_id=args.tenant)
+        return await d.inspect_run(args.run_id, tenant_id=args.tenant)
+
+    return _run_line(args, "retried", _with_docket(args, go))
+
+
+def _runs_resolve(args: argparse.Namespace) -> int:
+    try:
+        value: object = json.loads(args.value)
+    except ValueError:
+        value = args.value
+
+    async def go(d: Docket) -> RunInfo:
+        await d.resolve_interrupt(args.run_id, args.interrupt_id, value, tenant_id=args.tenant)
+        return await d.inspect_run(args.run_id, tenant_id=args.tenant)
+
+    return _run_line(args, "resolved", _with_docket(args, go))

@@ -1,0 +1,164 @@
+"""``docket worker``: one worker process, or a supervisor of several."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+
+from docket.cli._common import (
+    ENV_UI_TOKEN,
+    _fail,
+    _run,
+    load_app,
+)
+from docket.contract.errors import StoreError
+from docket.errors import DocketError, Retryable
+from docket.facade import Docket
+
+
+def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = commands.add_parser("worker", help="run workers for an application")
+    worker.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        required=True,
+        help="the application's Docket, or a factory returning one",
+    )
+    worker.add_argument("--concurrency", type=int, default=None, help="runs drained at once")
+    worker.add_argument(
+        "--processes", type=int, default=1, help="worker processes to start (default 1)"
+    )
+    worker.add_argument(
+        "--ui-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also serve the web console on 127.0.0.1:N (token from $DOCKET_UI_TOKEN)",
+    )
+    worker.set_defaults(run=_worker)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    if args.processes < 1:
+        raise _fail("--processes must be at least 1")
+    if args.concurrency is not None and args.concurrency < 1:
+        raise _fail("--concurrency must be at least 1")
+    if args.ui_port is not None and not 0 < args.ui_port < 65536:
+        raise _fail("--ui-port must be 1..65535")
+    if args.processes > 1:
+        if args.ui_port is not None:
+            raise _fail("--ui-port serves from one process: use --processes 1 or docket ui")
+        return _supervise(args)
+    early: list[int] = []  # a stop signal that arrives while the app is still loading
+
+    def remember(signum: int, _frame: object) -> None:
+        early.append(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, remember)
+    docket = load_app(args.app)
+    return _run(_serve(docket, args.concurrency, early, args.ui_port))
+
+
+async def _serve(
+    docket: Docket, concurrency: int | None, early: list[int], ui_port: int | None = None
+) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    if early:
+        stop.set()
+    if not await _open_when_reachable(docket, stop):
+        return 0  # stopped before the store could be reached
+    async with docket:
+        settings = docket.settings
+        print(
+            f"docket worker {os.getpid()}: {docket.backend!r}, concurrency "
+            f"{concurrency or settings.concurrency}, claim TTL {settings.claim_ttl} s, "
+            f"poll {settings.poll_interval} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        if ui_port is None:
+            stats = await docket.run_worker(concurrency=concurrency, stop=stop)
+        else:
+            from docket.ui.serve import DEFAULT_HOST, serving_alongside
+
+            token = os.environ.get(ENV_UI_TOKEN) or None
+            async with serving_alongside(
+                docket, host=DEFAULT_HOST, port=ui_port, token=token
+            ) as console:
+                print(f"docket console: {console}", file=sys.stderr, flush=True)
+                stats = await docket.run_worker(concurrency=concurrency, stop=stop)
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items())) or "none"
+    print(
+        f"docket worker {os.getpid()} stopped: {stats.leases} leases, {stats.commits} commits, "
+        f"{stats.poisoned} poisoned; drains: {outcomes}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 0
+
+
+def _gives_up_on(exc: Exception) -> bool:
+    """Whether opening the store failed for good: a contract or configuration error, or a
+    failure the backend classified as permanent (schema too new, authentication, ...).
+    Anything else (the server is down or restarting) is worth another try."""
+    if isinstance(exc, DocketError):
+        return not isinstance(exc, Retryable)
+    return isinstance(exc, StoreError) and not exc.retryable
+
+
+async def _open_when_reachable(docket: Docket, stop: asyncio.Event) -> bool:
+    """Open the Docket, retrying with capped backoff while the store is unreachable, so a
+    worker started during a database outage waits for it instead of exiting. False when
+    a stop signal came first."""
+    delay = 0.2
+    while not stop.is_set():
+        try:
+            await docket.open()
+            return True
+        except Exception as exc:
+            if _gives_up_on(exc):
+                raise
+            print(
+                f"docket worker {os.getpid()}: the store is not reachable yet "
+                f"({type(exc).__name__}: {exc}); retrying in {delay:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(delay * 2, 5.0)
+    return False
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """Start ``--processes`` single-process workers and forward SIGINT/SIGTERM to them."""
+    command = [sys.executable, "-m", "docket.cli", "worker", "--app", args.app]
+    if args.concurrency is not None:
+        command += ["--concurrency", str(args.concurrency)]
+    children = [subprocess.Popen(command) for _ in range(args.processes)]
+    forwarded: set[int] = set()
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded.add(signum)
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        codes = [child.wait() for child in children]
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    # a child the forwarded signal stopped before it could install its handler: clean too
+    return max((0 if -code in forwarded else code for code in codes), key=abs)
