@@ -312,42 +312,61 @@ ContractError = (
 
 
 def from_contract(error: ContractError, *, subject: str = "") -> DocketError:
-    """The facade exception for a store answer; ``subject`` names what was asked about."""
-    about = f" {subject}" if subject else ""
+    """The facade exception for a store answer.
+
+    ``subject`` is a noun phrase naming what was asked about (``"run 'r1'"``,
+    ``"graph 'g'"``); the message is a sentence built around it, so it must not repeat
+    the noun the error already says (``no such run 'r1'``, not ``no such run run 'r1'``).
+    """
+    on = f" on {subject}" if subject else ""
+    of = f" of {subject}" if subject else ""
     match error:
         case contract.NotFound(what=what):
-            return NotFound(f"no such {what}{about}", details={"what": what})
+            return NotFound(f"no such {_named(what, subject)}", details={"what": what})
         case contract.InvalidTransition(reasons=reasons):
             return InvalidTransition(
-                f"the store refused the transition{about}: " + "; ".join(reasons),
+                f"the store refused the transition{on}: " + "; ".join(reasons),
                 details={"reasons": list(reasons)},
             )
         case contract.StaleCheckpoint(reason=reason):
-            return StaleCheckpoint(f"the run{about} moved on: {reason}")
+            return StaleCheckpoint(f"{subject or 'the run'} moved on: {reason}")
         case contract.Conflict(reason=reason):
-            return Conflict(f"conflict{about}: {reason}", details={"reason": reason})
+            # the stores' reasons name the run or transition already ("run 'x' already exists")
+            told = reason if not subject or subject in reason else f"{subject}: {reason}"
+            return Conflict(told, details={"reason": reason})
         case contract.EventConflict(seq=seq):
-            return EventConflict(f"event {seq}{about} is stored with other content")
+            return EventConflict(f"event {seq}{of} is stored with other content")
         case contract.TooLarge(limit=limit, size=size, maximum=maximum):
             return TooLarge(
-                f"{limit} exceeded{about}: {size} > {maximum}",
+                f"{subject or 'the request'} exceeds {limit}: {size} > {maximum}",
                 details={"limit": limit, "size": size, "maximum": maximum},
             )
         case contract.Retryable(reason=reason):
-            return Retryable(f"the store is unavailable{about}: {reason}")
+            return Retryable(f"the store is unavailable{on}: {reason}")
         case contract.Permanent(reason=reason):
-            return Permanent(f"the store failed{about}: {reason}")
+            return Permanent(f"the store failed{on}: {reason}")
         case contract.InactiveRun():
-            return InactiveRun(f"the run{about} is finished and cannot change")
+            return InactiveRun(f"{subject or 'the run'} is finished and cannot change")
         case contract.InvalidGraph(reasons=reasons):
             return InvalidGraph(
-                f"the store refused the graph{about}: " + "; ".join(reasons),
+                f"the store refused {subject or 'the graph'}: " + "; ".join(reasons),
                 details={"reasons": list(reasons)},
             )
         case contract.GraphContentConflict():
-            return GraphContentConflict(f"stored graph bytes differ from the document{about}")
+            return GraphContentConflict(
+                f"the stored bytes of {subject or 'the graph'} differ from its document"
+            )
         case contract.CorruptGraph(reason=reason):
-            return CorruptData(f"the stored graph{about} is corrupt: {reason}")
+            return CorruptData(f"the stored {subject or 'graph'} is corrupt: {reason}")
         case contract.CorruptEventRow(seq=seq, reason=reason):
-            return CorruptData(f"event {seq}{about} is corrupt: {reason}", details={"seq": seq})
+            return CorruptData(f"event {seq}{of} is corrupt: {reason}", details={"seq": seq})
     raise TypeError(f"not a store error: {error!r}")
+
+
+def _named(what: str, subject: str) -> str:
+    """``run 'x'`` for what="run", subject="run 'x'"; ``event for run 'x'`` otherwise."""
+    if not subject:
+        return what
+    if subject == what or subject.startswith(f"{what} "):
+        return subject
+    return f"{what} for {subject}"

@@ -380,7 +380,7 @@ class Docket:
             what=f"save of graph {ref.graph_id}",
         )
         if not isinstance(saved, GraphVersion):
-            raise from_contract(saved, subject=f"graph {ref.graph_id}")
+            raise from_contract(saved, subject=f"graph {ref.graph_id!r}")
         return saved.ref
 
     async def fetch_graph(self, ref: GraphRef, *, tenant_id: str | None = None) -> Graph:
@@ -390,7 +390,7 @@ class Docket:
         _check_ref(ref)
         document = await self._store.graphs.fetch_graph(owner, ref)
         if isinstance(document, NotFound | CorruptGraph):
-            raise from_contract(document, subject=f"{ref.graph_id} ({ref.graph_hash[:12]})")
+            raise from_contract(document, subject=f"graph {ref.graph_id!r} ({ref.graph_hash[:12]})")
         try:
             return graph_from_effective_document(document)
         except GraphLoadError as exc:
@@ -404,7 +404,7 @@ class Docket:
             raise InvalidOptions("graph_id must be a non-empty string")
         found = await self._store.graphs.fetch_latest_graph_ref(owner, graph_id)
         if isinstance(found, NotFound):
-            raise from_contract(found, subject=repr(graph_id))
+            raise from_contract(found, subject=f"graph {graph_id!r}")
         return found
 
     async def list_graph_versions(
@@ -432,7 +432,7 @@ class Docket:
                 raise InvalidOptions("a graph id must be a non-empty string")
             found = await self._store.graphs.fetch_latest_graph_ref(owner, graph)
             if isinstance(found, NotFound):
-                raise from_contract(found, subject=repr(graph))
+                raise from_contract(found, subject=f"graph {graph!r}")
             return found
         _check_ref(graph)
         return graph
@@ -626,7 +626,7 @@ class Docket:
     async def _fetch(self, owner: OwnerScope, run_id: str) -> Run:
         found = await self._store.runs.fetch_run(owner, run_id)
         if isinstance(found, NotFound):
-            raise from_contract(found, subject=repr(run_id))
+            raise from_contract(found, subject=f"run {run_id!r}")
         return found
 
     async def fetch_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
@@ -643,7 +643,7 @@ class Docket:
         _check_id("run_id", run_id)
         found = await self._store.runs.inspect_run(owner, run_id)
         if isinstance(found, NotFound):
-            raise from_contract(found, subject=repr(run_id))
+            raise from_contract(found, subject=f"run {run_id!r}")
         return found
 
     async def await_run(
@@ -670,7 +670,7 @@ class Docket:
         while True:
             info = await self._store.runs.inspect_run(owner, run_id)
             if isinstance(info, NotFound):
-                raise from_contract(info, subject=repr(run_id))
+                raise from_contract(info, subject=f"run {run_id!r}")
             if info.poisoned:
                 raise RunPoisoned(
                     f"run {run_id!r} is poisoned ({info.poison_reason})",
@@ -827,7 +827,7 @@ class Docket:
                 await asyncio.sleep(settings.commit_backoff)
                 continue
             if not isinstance(batch, ClaimBatch):
-                raise from_contract(batch, subject="claim_due")
+                raise from_contract(batch, subject="the due runs")
             poisoned.extend(batch.poisoned)
             if not batch.leases:
                 if batch.poisoned:
