@@ -68,7 +68,10 @@ def load_app(spec: str) -> Docket:
             raise _fail(f"{module_name!r} has no attribute {attr!r}")
         target = getattr(target, part)
     if not isinstance(target, Docket | SyncDocket) and callable(target):
-        target = target()
+        try:
+            target = target()
+        except Exception as exc:  # the app's own configuration (a missing variable, ...)
+            raise _fail(f"{spec} failed: {type(exc).__name__}: {exc}") from None
     if isinstance(target, SyncDocket):
         target = target.docket
     if not isinstance(target, Docket):
@@ -106,8 +109,15 @@ def _raw_backend(args: argparse.Namespace) -> Backend:
         raise _fail(str(exc)) from None
 
 
-def _with_docket(args: argparse.Namespace, action: Callable[[Docket], Awaitable[_T]]) -> _T:
+def _with_docket(
+    args: argparse.Namespace,
+    action: Callable[[Docket], Awaitable[_T]],
+    *,
+    must_exist: bool = False,
+) -> _T:
     docket = _docket(args)
+    if must_exist:  # commands that only read or change existing runs
+        _require_existing_store(docket.backend)
 
     async def go() -> _T:
         async with docket:
@@ -118,3 +128,14 @@ def _with_docket(args: argparse.Namespace, action: Callable[[Docket], Awaitable[
 
 def _run(coro: Coroutine[Any, Any, _T]) -> _T:
     return asyncio.run(coro)
+
+
+def _require_existing_store(backend: Backend) -> None:
+    """Refuse to read a file store that does not exist: opening it would create an empty
+    database, so a mistyped path would look like a store with no runs."""
+    path = getattr(backend, "path", None)  # file backends (SQLite) name their file
+    if isinstance(path, str) and not os.path.exists(path):
+        raise _fail(
+            f"no database at {path}: this command creates none "
+            "(check the path; `docket migrate` creates a new store)"
+        )

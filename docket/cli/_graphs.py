@@ -11,11 +11,17 @@ from pathlib import Path
 from docket.cli._common import (
     _connection_options,
     _docket,
+    _fail,
     _Failed,
     _run,
+    _with_docket,
+    load_app,
 )
 from docket.cli._output import (
     _emit,
+    _stamp,
+    _table,
+    _when,
 )
 from docket.facade import Docket
 from docket.graph.compiler import CompileResult, compile_graph
@@ -28,7 +34,8 @@ from docket.records import (
 )
 
 _UNKNOWN_NODES_HELP = (
-    "the CLI has no node registry, so by default every implementation named in the file "
+    "without --app the CLI has no node registry, so by default every implementation named "
+    "in the file (or missing from the app's registry) "
     "is reported as unknown_implementation; with this flag each name is accepted as a "
     "placeholder whose config is not checked (its config defaults are then not filled in, "
     "so the hash matches the published one only if each node's config lists them)"
@@ -59,6 +66,14 @@ def _add_graph_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     _connection_options(publish)
     publish.set_defaults(run=_publish)
 
+    listing = sub.add_parser(
+        "list", help="published versions of a graph; without GRAPH, the graphs runs use"
+    )
+    listing.add_argument("graph_id", nargs="?", default=None, metavar="GRAPH")
+    listing.add_argument("--limit", type=int, default=100, help="versions (or runs) to read")
+    _connection_options(listing)
+    listing.set_defaults(run=_graph_list)
+
 
 def _compile_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, metavar="FILE.json")
@@ -68,7 +83,13 @@ def _compile_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="host ceiling on supersteps, as a worker would apply it",
+        help="host ceiling on supersteps, as a worker would apply it (default: the app's)",
+    )
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        default=None,
+        help="check against this application's node registry (implementations and configs)",
     )
 
 
@@ -104,11 +125,15 @@ def _placeholders(graph: Graph, base: NodeRegistry | None = None) -> NodeRegistr
 
 def _compile(args: argparse.Namespace) -> tuple[Graph, CompileResult]:
     graph = _load(args.file)
-    registry = _placeholders(graph) if args.allow_unknown_nodes else NodeRegistry()
+    app = load_app(args.app) if args.app else None  # not opened: only its registry is used
+    nodes = app.nodes if app is not None else NodeRegistry()
+    registry = _placeholders(graph, nodes) if args.allow_unknown_nodes else nodes
     limit = args.max_supersteps
     if limit is not None and limit < 1:
         print("docket: --max-supersteps must be a positive integer", file=sys.stderr)
         raise _Failed(2)
+    if limit is None and app is not None:
+        limit = app.settings.max_supersteps
     return graph, compile_graph(graph, registry, max_supersteps=limit)
 
 
@@ -180,3 +205,57 @@ def _print_to_stderr(path: Path, diagnostics: Sequence[Diagnostic]) -> None:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _graph_list(args: argparse.Namespace) -> int:
+    """With GRAPH, its published versions (newest first). Without, the store keeps no list
+    of graph ids, so the ids the newest ``--limit`` runs use stand in (as in the console)."""
+    if args.limit < 1:
+        raise _fail("--limit must be at least 1")
+    if args.graph_id is not None:
+        page = _with_docket(
+            args,
+            lambda d: d.list_graph_versions(args.graph_id, limit=args.limit, tenant_id=args.tenant),
+            must_exist=True,
+        )
+        versions = [(v.ref.graph_hash, v.published_at) for v in page.versions]
+        if args.json:
+            _emit(
+                {
+                    "graph_id": args.graph_id,
+                    "versions": [
+                        {"graph_hash": h, "published_at": _stamp(at)} for h, at in versions
+                    ],
+                    "has_more": page.has_more,
+                }
+            )
+        elif not versions:
+            print(f"(no published versions of {args.graph_id})")
+        else:
+            _table(("HASH", "PUBLISHED"), [[h, _when(at)] for h, at in versions])
+        return 0
+    runs = _with_docket(
+        args,
+        lambda d: d.list_runs(limit=args.limit, tenant_id=args.tenant),
+        must_exist=True,
+    ).runs
+    latest: dict[str, tuple[str, int]] = {}  # graph id -> (newest run's graph hash, runs)
+    for summary in runs:
+        graph_hash, count = latest.get(summary.graph_id, (summary.graph_hash, 0))
+        latest[summary.graph_id] = (graph_hash, count + 1)
+    if args.json:
+        _emit(
+            {
+                "graphs": [
+                    {"graph_id": g, "latest_run_graph_hash": h, "runs": n}
+                    for g, (h, n) in sorted(latest.items())
+                ],
+                "runs_read": len(runs),
+            }
+        )
+    elif not latest:
+        print("(no runs, so no graphs in use; docket graph list GRAPH lists a graph's versions)")
+    else:
+        rows = [[g, h[:12], str(n)] for g, (h, n) in sorted(latest.items())]
+        _table(("GRAPH", "HASH OF NEWEST RUN", "RUNS"), rows)
+    return 0

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
+from docket.errors import DocketError
 from docket.records import (
     Event,
     RunInfo,
@@ -95,3 +96,29 @@ def _stream_line(cells: Sequence[str]) -> str:
     return "  ".join(
         cell.ljust(width) for cell, width in zip(cells, _STREAM_WIDTHS, strict=True)
     ).rstrip()
+
+
+def one_line(text: str) -> str:
+    """A message on one line (drivers' messages may span several)."""
+    return " ".join(text.split())
+
+
+def error_explanation(exc: DocketError) -> list[str]:
+    """The reasons behind an error, one line each, that its message does not already say:
+    ``details["reasons"]`` (rejected input), ``["problems"]`` (settings) and
+    ``["diagnostics"]`` (a graph that does not compile)."""
+    lines: list[str] = []
+    for key in ("reasons", "problems", "diagnostics"):
+        raw = exc.details.get(key)
+        for item in raw if isinstance(raw, list) else []:
+            line = one_line(_diagnostic_line(item) if isinstance(item, dict) else str(item))
+            if line and line not in exc.message and line not in lines:
+                lines.append(line)
+    return lines
+
+
+def _diagnostic_line(item: dict[str, JSONValue]) -> str:
+    # the shape of Diagnostic.to_dict(), printed as str(Diagnostic) prints it
+    head = " ".join(str(item[k]) for k in ("severity", "code") if item.get(k))
+    where = item.get("path") or "/"
+    return f"{head} {where}: {item.get('message', '')}".strip()

@@ -22,9 +22,11 @@ from docket.cli._output import (
     _summary_json,
     _table,
     _when,
+    one_line,
 )
 from docket.facade import Docket
 from docket.records import (
+    InterruptState,
     RunCursor,
     RunInfo,
     format_timestamp,
@@ -85,6 +87,13 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
     resolve.set_defaults(run=_runs_resolve)
 
+    start = sub.add_parser("start", help="start a run of a published graph's latest version")
+    _connection_options(start)
+    start.add_argument("graph_id", metavar="GRAPH")
+    start.add_argument("--input", default=None, metavar="JSON", help="the run input, an object")
+    start.add_argument("--run-id", default=None, metavar="ID", help="default: a generated id")
+    start.set_defaults(run=_runs_start)
+
 
 def _cursor(text: str | None) -> RunCursor | None:
     if text is None:
@@ -110,6 +119,7 @@ def _runs_list(args: argparse.Namespace) -> int:
             tenant_id=args.tenant,
             all_tenants=args.all_tenants,
         ),
+        must_exist=True,
     )
     cursor = page.next_before
     next_text = (
@@ -149,7 +159,9 @@ def _runs_list(args: argparse.Namespace) -> int:
 
 
 def _runs_show(args: argparse.Namespace) -> int:
-    info = _with_docket(args, lambda d: d.inspect_run(args.run_id, tenant_id=args.tenant))
+    info = _with_docket(
+        args, lambda d: d.inspect_run(args.run_id, tenant_id=args.tenant), must_exist=True
+    )
     if args.json:
         _emit(_info_json(info))
         return 0
@@ -176,11 +188,7 @@ def _runs_show(args: argparse.Namespace) -> int:
         print(f"{key:<{width}}  {value}")
     open_ones = [i for i in run.interrupts.values() if str(i.status) == "open"]
     for interrupt in open_ones:
-        schema = json.dumps(interrupt.schema, ensure_ascii=False) if interrupt.schema else "-"
-        print(
-            f"interrupt {interrupt.id}: node {interrupt.node_id} waits for "
-            f"{interrupt.resume_channel!r} (schema {schema})"
-        )
+        _print_open_interrupt(interrupt)
     if run.output is not None:
         print(f"output  {json.dumps(run.output, ensure_ascii=False)}")
     if run.failure is not None:
@@ -194,6 +202,7 @@ def _runs_events(args: argparse.Namespace) -> int:
         lambda d: d.list_events(
             args.run_id, after_seq=args.after, limit=args.limit, tenant_id=args.tenant
         ),
+        must_exist=True,
     )
     if args.json:
         _emit(
@@ -247,7 +256,7 @@ def _runs_watch(args: argparse.Namespace) -> int:
                 return 1
             await asyncio.sleep(args.interval)
 
-    return _with_docket(args, watch)
+    return _with_docket(args, watch, must_exist=True)
 
 
 def _run_line(args: argparse.Namespace, verb: str, info: RunInfo) -> int:
@@ -264,7 +273,7 @@ def _runs_cancel(args: argparse.Namespace) -> int:
         await d.cancel_run(args.run_id, tenant_id=args.tenant)
         return await d.inspect_run(args.run_id, tenant_id=args.tenant)
 
-    return _run_line(args, "cancelled", _with_docket(args, go))
+    return _run_line(args, "cancelled", _with_docket(args, go, must_exist=True))
 
 
 def _runs_retry(args: argparse.Namespace) -> int:
@@ -272,7 +281,7 @@ def _runs_retry(args: argparse.Namespace) -> int:
         await d.retry_poisoned_run(args.run_id, tenant_id=args.tenant)
         return await d.inspect_run(args.run_id, tenant_id=args.tenant)
 
-    return _run_line(args, "retried", _with_docket(args, go))
+    return _run_line(args, "retried", _with_docket(args, go, must_exist=True))
 
 
 def _runs_resolve(args: argparse.Namespace) -> int:
@@ -285,4 +294,39 @@ def _runs_resolve(args: argparse.Namespace) -> int:
         await d.resolve_interrupt(args.run_id, args.interrupt_id, value, tenant_id=args.tenant)
         return await d.inspect_run(args.run_id, tenant_id=args.tenant)
 
-    return _run_line(args, "resolved", _with_docket(args, go))
+    return _run_line(args, "resolved", _with_docket(args, go, must_exist=True))
+
+
+def _print_open_interrupt(interrupt: InterruptState) -> None:
+    """What an operator needs to answer it: the question (``metadata["question"]``, as the
+    console shows it) and the schema the answer must match."""
+    print(
+        f"interrupt {interrupt.id}: node {interrupt.node_id} waits for {interrupt.resume_channel!r}"
+    )
+    question = interrupt.metadata.get("question")
+    if isinstance(question, str):
+        print(f"  question  {one_line(question)}")
+    schema = json.dumps(interrupt.schema, ensure_ascii=False) if interrupt.schema else "-"
+    print(f"  schema    {schema}")
+
+
+def _runs_start(args: argparse.Namespace) -> int:
+    run_input: object = None
+    if args.input is not None:
+        try:
+            run_input = json.loads(args.input)
+        except ValueError as exc:
+            raise _fail(f"--input is not JSON: {exc}") from None
+        if not isinstance(run_input, dict):
+            raise _fail(f"--input must be a JSON object, got {type(run_input).__name__}")
+
+    async def go(d: Docket) -> RunInfo:
+        run = await d.start_run(
+            args.graph_id,
+            run_input if isinstance(run_input, dict) else None,
+            run_id=args.run_id,
+            tenant_id=args.tenant,
+        )
+        return await d.inspect_run(run.id, tenant_id=args.tenant)
+
+    return _run_line(args, "started", _with_docket(args, go, must_exist=True))

@@ -22,7 +22,12 @@ NODES = NodeRegistry()
 @NODES.node("approval.ask")
 def ask(state: NodeState, ctx: NodeContext) -> dict[str, str] | Interrupt:
     if "decision" not in state:
-        return Interrupt("decision", schema=S.enum(["approved", "rejected"]), id="decision")
+        return Interrupt(
+            "decision",
+            schema=S.enum(["approved", "rejected"]),
+            id="decision",
+            metadata={"question": "Approve the request?"},
+        )
     return {"outcome": f"the answer was {state['decision']}"}
 
 
