@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 
 from docket.cli._common import (
@@ -16,6 +15,7 @@ from docket.cli._common import (
     _run,
     load_app,
 )
+from docket.cli._supervisor import SUPERVISOR_FD, stop_with_supervisor, supervise
 from docket.contract.errors import StoreError
 from docket.errors import DocketError, Retryable
 from docket.facade import Docket
@@ -40,6 +40,8 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="N",
         help="also serve the web console on 127.0.0.1:N (token from $DOCKET_UI_TOKEN)",
     )
+    # internal: the pipe a supervisor hands its children (see docket.cli._supervisor)
+    worker.add_argument(SUPERVISOR_FD, type=int, default=None, help=argparse.SUPPRESS)
     worker.set_defaults(run=_worker)
 
 
@@ -53,7 +55,7 @@ def _worker(args: argparse.Namespace) -> int:
     if args.processes > 1:
         if args.ui_port is not None:
             raise _fail("--ui-port serves from one process: use --processes 1 or docket ui")
-        return _supervise(args)
+        return supervise(args.app, args.concurrency, args.processes)
     early: list[int] = []  # a stop signal that arrives while the app is still loading
 
     def remember(signum: int, _frame: object) -> None:
@@ -61,6 +63,8 @@ def _worker(args: argparse.Namespace) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, remember)
+    if args.supervisor_fd is not None:
+        stop_with_supervisor(args.supervisor_fd)
     docket = load_app(args.app)
     return _run(_serve(docket, args.concurrency, early, args.ui_port))
 
@@ -138,27 +142,3 @@ async def _open_when_reachable(docket: Docket, stop: asyncio.Event) -> bool:
             await asyncio.wait_for(stop.wait(), delay)
         delay = min(delay * 2, 5.0)
     return False
-
-
-def _supervise(args: argparse.Namespace) -> int:
-    """Start ``--processes`` single-process workers and forward SIGINT/SIGTERM to them."""
-    command = [sys.executable, "-m", "docket.cli", "worker", "--app", args.app]
-    if args.concurrency is not None:
-        command += ["--concurrency", str(args.concurrency)]
-    children = [subprocess.Popen(command) for _ in range(args.processes)]
-    forwarded: set[int] = set()
-
-    def forward(signum: int, _frame: object) -> None:
-        forwarded.add(signum)
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        codes = [child.wait() for child in children]
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    # a child the forwarded signal stopped before it could install its handler: clean too
-    return max((0 if -code in forwarded else code for code in codes), key=abs)
