@@ -19,7 +19,7 @@ why a graph does not compile).
 
 from __future__ import annotations
 
-from typing import ClassVar, Final
+from typing import ClassVar, Final, assert_never
 
 from docket.contract import errors as contract
 from docket.core import errors as core
@@ -360,7 +360,8 @@ def from_contract(error: ContractError, *, subject: str = "") -> DocketError:
             return CorruptData(f"the stored {subject or 'graph'} is corrupt: {reason}")
         case contract.CorruptEventRow(seq=seq, reason=reason):
             return CorruptData(f"event {seq}{of} is corrupt: {reason}", details={"seq": seq})
-    raise TypeError(f"not a store error: {error!r}")
+        case _:
+            assert_never(error)  # mypy names any store answer added without a message
 
 
 def _named(what: str, subject: str) -> str:

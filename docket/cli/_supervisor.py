@@ -107,7 +107,9 @@ class _Supervisor:
             if now - slot.started >= HEALTHY_AFTER:
                 slot.delay = RESTART_FIRST
             slot.restart_at = now + slot.delay
-            self._log(f"worker {child.pid} exited ({_exit(code)}); restart in {slot.delay:g} s")
+            self._log(
+                f"worker {child.pid} exited ({_describe_exit(code)}); restart in {slot.delay:g} s"
+            )
             slot.delay = min(slot.delay * 2, RESTART_MAX)
         due = slot.restart_at is not None and slot.restart_at <= now
         if slot.child is None and not self.stop and due:
@@ -138,7 +140,7 @@ def stop_with_supervisor(fd: int) -> None:
     threading.Thread(target=watch, name="docket-supervisor-watch", daemon=True).start()
 
 
-def _exit(code: int) -> str:
+def _describe_exit(code: int) -> str:
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
