@@ -311,22 +311,18 @@ def _print_open_interrupt(interrupt: InterruptState) -> None:
 
 
 def _runs_start(args: argparse.Namespace) -> int:
-    run_input: object = None
+    run_input: dict[str, object] | None = None
     if args.input is not None:
         try:
-            run_input = json.loads(args.input)
+            parsed: object = json.loads(args.input)
         except ValueError as exc:
             raise _fail(f"--input is not JSON: {exc}") from None
-        if not isinstance(run_input, dict):
-            raise _fail(f"--input must be a JSON object, got {type(run_input).__name__}")
+        if not isinstance(parsed, dict):
+            raise _fail(f"--input must be a JSON object, got {type(parsed).__name__}")
+        run_input = parsed
 
     async def go(d: Docket) -> RunInfo:
-        run = await d.start_run(
-            args.graph_id,
-            run_input if isinstance(run_input, dict) else None,
-            run_id=args.run_id,
-            tenant_id=args.tenant,
-        )
+        run = await d.start_run(args.graph_id, run_input, run_id=args.run_id, tenant_id=args.tenant)
         return await d.inspect_run(run.id, tenant_id=args.tenant)
 
     return _run_line(args, "started", _with_docket(args, go, must_exist=True))
