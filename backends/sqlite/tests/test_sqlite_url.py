@@ -117,5 +117,5 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
     normal = SQLiteBackend(tmp_path / "normal.db", synchronous="NORMAL")
     assert negotiate(normal).features == {Feature.NOTIFY, Feature.DURABLE, Feature.REOPEN_FAILED}
     memory = SQLiteBackend(":memory:")
-    assert negotiate(memory).features == {Feature.NOTIFY}
+    assert negotiate(memory).features == {Feature.NOTIFY, Feature.REOPEN_FAILED}
     assert memory.path is None
