@@ -48,12 +48,14 @@ __all__ = [
     "InvalidTenant",
     "InvalidTransition",
     "NotFound",
+    "NotRetryable",
     "Permanent",
     "Retryable",
     "RunPoisoned",
     "RuntimeUnavailable",
     "StaleCheckpoint",
     "TooLarge",
+    "Unsupported",
     "from_contract",
     "from_core",
 ]
@@ -213,6 +215,12 @@ class InactiveRun(DocketError):
     code = "inactive_run"
 
 
+class NotRetryable(DocketError):
+    """The run is running or waiting and not poisoned: there is nothing to retry."""
+
+    code = "not_retryable"
+
+
 class IncompatibleExecutionPolicy(DocketError):
     """A node declares a timeout above this host's ``max_attempt_time``."""
 
@@ -252,6 +260,13 @@ class RuntimeUnavailable(DocketError):
     code = "runtime_unavailable"
 
 
+class Unsupported(DocketError):
+    """The backend does not declare the feature an operation needs
+    (``details["feature"]``); nothing was written."""
+
+    code = "unsupported"
+
+
 class AwaitTimeout(DocketError):
     """``await_run`` gave up before the run paused or finished."""
 
@@ -281,6 +296,7 @@ _CORE: Final[dict[type[core.CoreError], type[DocketError]]] = {
     core.NotFound: NotFound,
     core.AlreadyResolved: AlreadyResolved,
     core.InactiveRun: InactiveRun,
+    core.NotRetryable: NotRetryable,
     core.IncompatibleExecutionPolicy: IncompatibleExecutionPolicy,
 }
 

@@ -31,7 +31,7 @@ from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar, cast
 
 import attrs
 
-from docket.contract.capabilities import BackendContractError, Capabilities, negotiate
+from docket.contract.capabilities import BackendContractError, Capabilities, Feature, negotiate
 from docket.contract.errors import (
     CorruptEventRow,
     CorruptGraph,
@@ -56,6 +56,7 @@ from docket.core.moment import Moment, Terminated
 from docket.core.mutations import cancel_run, resolve_interrupt
 from docket.core.plan import check_execution_policy
 from docket.core.proposals import init_proposal
+from docket.core.reopen import check_reason, reopen_failed_run
 from docket.errors import (
     AwaitTimeout,
     CorruptData,
@@ -66,10 +67,15 @@ from docket.errors import (
     InvalidOptions,
     InvalidSettings,
     InvalidTenant,
+    NotRetryable,
     RunPoisoned,
     RuntimeUnavailable,
+    Unsupported,
     from_contract,
     from_core,
+)
+from docket.errors import (
+    InactiveRun as InactiveRunError,
 )
 from docket.errors import (
     NotFound as NotFoundError,
@@ -621,6 +627,63 @@ class Docket:
             raise from_contract(answer, subject=f"run {run_id!r}")
         return answer
 
+    @_lifecycle("docket.run.retry", run_id_first=True)
+    async def retry_run(
+        self, run_id: str, *, reason: str | None = None, tenant_id: str | None = None
+    ) -> Run:
+        """Retry a failed or a poisoned run; returns the committed run.
+
+        A **failed** run is reopened from its last committed checkpoint (a fenced signal,
+        like :meth:`cancel_run`): the failed superstep runs again with a fresh attempt
+        budget, nothing committed before it runs again, and a ``run_retried`` event
+        records ``reason`` and the failure it clears. A **poisoned** run is made due
+        again (:meth:`retry_poisoned_run`; ``reason`` is not stored for it).
+
+        Raises ``NotFound``; ``InactiveRun`` (done or cancelled); ``NotRetryable`` (running
+        or waiting and not poisoned — e.g. another operator retried it first);
+        ``InvalidInput`` (a blank or overlong reason); ``Unsupported`` when the backend
+        does not declare the ``reopen_failed`` feature; ``StaleCheckpoint``.
+        """
+        owner = self._owner(tenant_id)
+        self._ready()
+        _check_id("run_id", run_id)
+        bad = check_reason(reason)
+        if bad is not None:
+            raise from_core(bad)
+        current = await self._fetch(owner, run_id)
+        if current.status is RunStatus.FAILED:
+            if Feature.REOPEN_FAILED not in self.capabilities.features:
+                raise Unsupported(
+                    f"run {run_id!r} failed, and this backend "
+                    f"({self.capabilities.name or 'unnamed'}) does not declare the "
+                    f"{Feature.REOPEN_FAILED!s} feature a retry of a failed run needs",
+                    phase="retry",
+                    details={"feature": str(Feature.REOPEN_FAILED)},
+                )
+            return await self._signal(
+                owner, run_id, lambda run, now: reopen_failed_run(run, reason=reason, now=now)
+            )
+        if current.status.terminal:
+            raise InactiveRunError(
+                f"run {run_id!r} is {current.status} and cannot be retried",
+                phase="retry",
+                details={"status": str(current.status)},
+            )
+        found = await self._store.runs.inspect_run(owner, run_id)
+        if isinstance(found, NotFound):
+            raise from_contract(found, subject=repr(run_id))
+        if not found.poisoned:
+            raise NotRetryable(
+                f"run {run_id!r} is {found.run.status} and not poisoned: there is nothing "
+                "to retry (was it retried already?)",
+                phase="retry",
+                details={"status": str(found.run.status)},
+            )
+        answer = await self._store.runs.retry_poisoned_run(owner, run_id)
+        if isinstance(answer, NotFound | InactiveRun):
+            raise from_contract(answer, subject=f"run {run_id!r}")
+        return answer
+
     # -- runs: reads -------------------------------------------------------------------------
 
     async def _fetch(self, owner: OwnerScope, run_id: str) -> Run:
@@ -1113,6 +1176,11 @@ class SyncDocket:
 
     def retry_poisoned_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
         return self._call(lambda: self.docket.retry_poisoned_run(run_id, tenant_id=tenant_id))
+
+    def retry_run(
+        self, run_id: str, *, reason: str | None = None, tenant_id: str | None = None
+    ) -> Run:
+        return self._call(lambda: self.docket.retry_run(run_id, reason=reason, tenant_id=tenant_id))
 
     def fetch_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
         return self._call(lambda: self.docket.fetch_run(run_id, tenant_id=tenant_id))

@@ -63,6 +63,7 @@ class EventType(StrEnum):
     RUN_COMPLETED = "run_completed"
     RUN_FAILED = "run_failed"
     RUN_CANCELLED = "run_cancelled"
+    RUN_RETRIED = "run_retried"  # an operator reopened a failed run (docs/execution.md)
     CHECKPOINT_COMMITTED = "checkpoint_committed"
     NODE_COMPLETED = "node_completed"
     NODE_FAILED = "node_failed"

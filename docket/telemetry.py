@@ -331,6 +331,7 @@ DOMAIN_EVENT_NAMES: Final[Mapping[EventType, str]] = {
     EventType.RUN_COMPLETED: "docket.run.completed",
     EventType.RUN_FAILED: "docket.run.failed",
     EventType.RUN_CANCELLED: "docket.run.cancelled",
+    EventType.RUN_RETRIED: "docket.run.retried",
     EventType.CHECKPOINT_COMMITTED: "docket.checkpoint.committed",
     EventType.NODE_COMPLETED: "docket.node.completed",
     EventType.NODE_FAILED: "docket.node.failed",

@@ -93,3 +93,21 @@ def test_a_mutant_failure_names_its_invariant() -> None:
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "[CLAIM-TTL-BOUNDARY]" in done.stdout
+
+
+def test_a_reopen_that_is_never_due_is_caught() -> None:
+    done = _run(
+        "-m",
+        "pytest",
+        "--pyargs",
+        "docket_contract_tests",
+        "--docket-backend-factory",
+        "docket_contract_tests.mutants:reopen_never_due",
+        "--docket-invariant",
+        "T-REOPEN-1",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[T-REOPEN-1]" in done.stdout and "OPERATIONAL-TUPLE-AUDIT" in done.stdout

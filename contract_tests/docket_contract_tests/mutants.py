@@ -580,6 +580,25 @@ class ClaimedStartUnclaimed(_Reference):
         return answer
 
 
+class ReopenNeverDue(_Reference):
+    bug = "a failed run committed back to running keeps a finished run's state (never due)"
+    catches = ("T-REOPEN-1", "T-REOPEN-2")
+
+    def _apply(
+        self,
+        row: _Row,
+        transition_id: str,
+        checkpoint_type: CheckpointType,
+        schedule: Schedule,
+        valid: ValidTransition,
+        new: list[int],
+    ) -> None:
+        was_finished = row.run.status.terminal
+        super()._apply(row, transition_id, checkpoint_type, schedule, valid, new)
+        if was_finished and not row.run.status.terminal:
+            row.wake_at = None  # the bug: like a store that dropped the finished run's row
+
+
 # -- the registry -------------------------------------------------------------------------------
 
 Factory = Callable[..., MemoryBackend]
@@ -623,6 +642,7 @@ abandon_ignores_checkpoint = _factory(AbandonIgnoresCheckpoint)
 ignores_declared_limits = _factory(IgnoresDeclaredLimits)
 wrong_schedule_wake = _factory(WrongScheduleWake)
 claimed_start_unclaimed = _factory(ClaimedStartUnclaimed)
+reopen_never_due = _factory(ReopenNeverDue)
 
 #: Every mutant by factory name (the ``control`` is not a mutant: it must pass).
 MUTANTS: dict[str, type[_Reference]] = {
@@ -654,6 +674,7 @@ MUTANTS: dict[str, type[_Reference]] = {
     "ignores_declared_limits": IgnoresDeclaredLimits,
     "wrong_schedule_wake": WrongScheduleWake,
     "claimed_start_unclaimed": ClaimedStartUnclaimed,
+    "reopen_never_due": ReopenNeverDue,
 }
 
 __all__ = ["MUTANTS", "control", *MUTANTS]

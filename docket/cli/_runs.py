@@ -73,9 +73,13 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     cancel.add_argument("run_id")
     cancel.set_defaults(run=_runs_cancel)
 
-    retry = sub.add_parser("retry", help="make a poisoned run due again")
+    retry = sub.add_parser(
+        "retry",
+        help="resume a failed run from its last checkpoint, or make a poisoned run due again",
+    )
     _connection_options(retry)
     retry.add_argument("run_id")
+    retry.add_argument("--reason", help="why (recorded in the run_retried event of a failed run)")
     retry.set_defaults(run=_runs_retry)
 
     resolve = sub.add_parser("resolve", help="answer an open interrupt")
@@ -278,7 +282,7 @@ def _runs_cancel(args: argparse.Namespace) -> int:
 
 def _runs_retry(args: argparse.Namespace) -> int:
     async def go(d: Docket) -> RunInfo:
-        await d.retry_poisoned_run(args.run_id, tenant_id=args.tenant)
+        await d.retry_run(args.run_id, reason=args.reason, tenant_id=args.tenant)
         return await d.inspect_run(args.run_id, tenant_id=args.tenant)
 
     return _run_line(args, "retried", _with_docket(args, go, must_exist=True))

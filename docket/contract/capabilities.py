@@ -27,6 +27,9 @@ class Feature(StrEnum):
     DURABLE_FSYNC = "durable.fsync"  # ... and a machine crash
     FAIR_CLAIMS = "claim.fair"  # claim_due admits due work breadth-first across tenants
     PRUNE = "prune"  # events may be pruned by retention
+    # commit_unclaimed may move a failed run back to running (an operator's retry), with
+    # the operational state of any running run: due, claimable, listed as running
+    REOPEN_FAILED = "reopen_failed"
 
 
 @attrs.frozen(kw_only=True)

@@ -165,7 +165,9 @@ class MemoryBackend:
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            limits=self._limits, features=frozenset({Feature.NOTIFY}), name="memory"
+            limits=self._limits,
+            features=frozenset({Feature.NOTIFY, Feature.REOPEN_FAILED}),
+            name="memory",
         )
 
     @property

@@ -30,6 +30,7 @@ from docket.core.errors import (
     MalformedMoment,
     NotContinue,
     NotFound,
+    NotRetryable,
 )
 from docket.core.init import build_initial_run, check_input, initialize
 from docket.core.moment import (
@@ -72,6 +73,7 @@ from docket.core.proposals import (
     schedule_for,
     unclaimed_proposal,
 )
+from docket.core.reopen import reopen_failed_run
 from docket.core.settle import settle
 from docket.core.state import project_outputs, snapshot, source_versions
 
@@ -100,6 +102,7 @@ __all__ = [
     "NotContinue",
     "NotDue",
     "NotFound",
+    "NotRetryable",
     "Park",
     "ParkReason",
     "Step",
@@ -122,6 +125,7 @@ __all__ = [
     "initial_wake",
     "initialize",
     "project_outputs",
+    "reopen_failed_run",
     "resolve_interrupt",
     "schedule_for",
     "settle",

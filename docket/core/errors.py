@@ -30,6 +30,7 @@ __all__ = [
     "MalformedMoment",
     "NotContinue",
     "NotFound",
+    "NotRetryable",
 ]
 
 
@@ -144,6 +145,12 @@ class InactiveRun(CoreError):
     """The run is terminal (done, failed or cancelled): nothing can change it."""
 
     code = "inactive_run"
+
+
+class NotRetryable(CoreError):
+    """The run is running or waiting and not poisoned: there is nothing to retry."""
+
+    code = "not_retryable"
 
 
 class IncompatibleExecutionPolicy(CoreError):

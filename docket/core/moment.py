@@ -60,6 +60,7 @@ class ParkReason(StrEnum):
     RUN_FAILED = "run_failed"
     RUN_CANCELLED = "run_cancelled"
     INTERRUPT_RESOLVED = "interrupt_resolved"
+    RUN_RETRIED = "run_retried"
     DRAIN_BUDGET = "drain_budget"
 
 

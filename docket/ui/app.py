@@ -432,9 +432,18 @@ class Console:
         return RedirectResponse(self._run_url(run_id, tenant, notice="cancelled"), 303)
 
     async def retry(self, request: Request) -> Response:
+        """Retry a failed run (reopened, the form's optional ``reason`` recorded) or a
+        poisoned one (made due again)."""
         run_id = request.path_params["run_id"]
         tenant = self._tenant(request, needed=True)
-        await self.docket.retry_poisoned_run(run_id, tenant_id=tenant)
+        given = (await request.form()).get("reason")
+        reason = given.strip() if isinstance(given, str) and given.strip() else None
+        try:
+            await self.docket.retry_run(run_id, reason=reason, tenant_id=tenant)
+        except (errors.NotRetryable, errors.Unsupported) as exc:
+            raise _Refused(409, exc.message) from None
+        except errors.InvalidInput as exc:
+            raise _Refused(400, exc.message) from None
         return RedirectResponse(self._run_url(run_id, tenant, notice="retried"), 303)
 
     async def resolve(self, request: Request) -> Response:

@@ -146,3 +146,23 @@ def test_graph_versions(page: Page) -> None:
     expect(page.locator("table.versions tbody tr")).to_have_count(1)
     expect(page.locator("svg.graph-view g.gv-vertex")).to_have_count(8)  # 6 nodes + ends
     shot(page, "08-graph")
+
+
+def test_retry_a_failed_run_with_a_reason(page: Page, console: str, database: Path) -> None:
+    with SyncDocket(demo.url(database)) as docket:
+        docket.start_run("report", {"day": "1970-01-01"}, run_id="report-failed")
+    page.goto(f"{console}/runs/report-failed")
+    # the console's worker runs it; the page refreshes itself while it runs
+    expect(page.locator("#run-status")).to_have_text("failed", timeout=20_000)
+    expect(page.locator("#retry-button")).to_have_count(0)
+    page.fill("#retry-reason", "loaded the sales data")
+    shot(page, "08-run-failed")
+    page.click("#retry-failed-button")
+    expect(page.locator(".notice")).to_have_text("Run retried.")
+    # the data is still missing in this demo, so the resumed run fails again
+    expect(page.locator("#run-status")).to_have_text("failed", timeout=20_000)
+    with SyncDocket(demo.url(database)) as docket:
+        history = docket.history("report-failed")
+    retried = [e for e in history if str(e.type) == "run_retried"]
+    assert [e.payload["reason"] for e in retried] == ["loaded the sales data"]
+    assert [str(e.type) for e in history].count("run_failed") == 2

@@ -367,3 +367,41 @@ def test_a_multi_tenant_console_scopes_every_read_and_write(tmp_path: Path) -> N
     with SyncDocket(url, tenant_mode="required") as docket:
         assert docket.fetch_run("r-acme", tenant_id="acme").status is RunStatus.CANCELLED
         assert docket.fetch_run("r-globex", tenant_id="globex").status is RunStatus.WAITING
+
+
+def _failed_report(database: Path, run_id: str) -> None:
+    with SyncDocket(demo.url(database), nodes=demo.nodes) as docket:
+        docket.start_run("report", {"day": "1970-01-01"}, run_id=run_id)
+        docket.drain_due()
+        assert docket.fetch_run(run_id).status is RunStatus.FAILED
+
+
+def test_a_failed_run_is_retried_from_its_page_with_a_reason(
+    client: TestClient, database: Path
+) -> None:
+    _failed_report(database, "rep-f")
+    page = client.get("/runs/rep-f")
+    assert 'id="retry-failed-button"' in page.text and 'name="reason"' in page.text
+    assert 'id="retry-button"' not in page.text  # the poisoned retry is for poisoned runs
+    waiting = client.get("/runs/exp-1").text
+    assert 'id="retry-failed-button"' not in waiting
+    csrf = csrf_of(page.text)
+
+    before = stored(database, "rep-f")
+    too_long = client.post("/runs/rep-f/retry", data={"csrf": csrf, "reason": "x" * 2001})
+    assert too_long.status_code == 400 and stored(database, "rep-f") == before
+
+    retried = client.post("/runs/rep-f/retry", data={"csrf": csrf, "reason": "data loaded"})
+    assert retried.status_code == 303
+    status, checkpoint, _, _ = stored(database, "rep-f")
+    assert status is RunStatus.RUNNING and checkpoint == before[1] + 1
+    with SyncDocket(demo.url(database)) as docket:
+        (event,) = [e for e in docket.history("rep-f") if str(e.type) == "run_retried"]
+    assert event.payload["reason"] == "data loaded"
+    assert "Run retried." in client.get(retried.headers["location"]).text
+
+    # a second operator's click, after the first: refused, nothing written
+    after = stored(database, "rep-f")
+    again = client.post("/runs/rep-f/retry", data={"csrf": csrf, "reason": "me too"})
+    assert again.status_code == 409 and "nothing to retry" in again.text
+    assert stored(database, "rep-f") == after

@@ -537,7 +537,7 @@ class PostgresBackend:
     # -- bundle -----------------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
-        features = {Feature.DURABLE, Feature.PRUNE}
+        features = {Feature.DURABLE, Feature.PRUNE, Feature.REOPEN_FAILED}
         if self._notify:
             features.add(Feature.NOTIFY)
         if self._durable_fsync:

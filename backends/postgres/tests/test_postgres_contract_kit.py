@@ -44,6 +44,8 @@ CLAIM_INVARIANTS = ",".join(
         "RETRY-POISONED-TERMINAL-FIRST",
         "RUN-CLAIM-LIVENESS-RECOVERY",
         "SIGNAL-CLEARS-POISON",
+        "T-REOPEN-1",
+        "T-REOPEN-2",
     ]
 )
 

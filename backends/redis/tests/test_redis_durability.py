@@ -15,14 +15,17 @@ from docket.clock import ManualClock
 from docket.contract import EventListQuery, Feature, Limits
 from docket.records import EventPage, Run, RunInfo, Tenant
 
+#: Declared whatever the server's persistence.
+_ALWAYS = frozenset({Feature.NOTIFY, Feature.REOPEN_FAILED})
+
 
 @pytest.mark.parametrize(
     ("appendonly", "appendfsync", "features", "warned"),
     [
-        (False, "everysec", {Feature.NOTIFY}, True),
-        (True, "no", {Feature.NOTIFY, Feature.DURABLE}, False),
-        (True, "everysec", {Feature.NOTIFY, Feature.DURABLE}, False),
-        (True, "always", {Feature.NOTIFY, Feature.DURABLE, Feature.DURABLE_FSYNC}, False),
+        (False, "everysec", set[str](), True),
+        (True, "no", {Feature.DURABLE}, False),
+        (True, "everysec", {Feature.DURABLE}, False),
+        (True, "always", {Feature.DURABLE, Feature.DURABLE_FSYNC}, False),
     ],
 )
 def test_capabilities_report_the_servers_persistence(
@@ -41,7 +44,7 @@ def test_capabilities_report_the_servers_persistence(
             with caplog.at_level(logging.INFO, logger="docket_redis"):
                 async with opened(server.url, prefix, limits=limits) as backend:
                     caps = backend.capabilities()
-                    assert caps.features == frozenset(features)
+                    assert caps.features == frozenset(features) | _ALWAYS
                     assert caps.limits == limits
                     (node,) = backend.persistence
                     assert (node.appendonly, node.appendfsync) == (appendonly, appendfsync)
@@ -57,7 +60,7 @@ def test_before_open_nothing_is_promised(prefix: str) -> None:
     from docket_redis import RedisBackend
 
     backend = RedisBackend.from_url(f"redis://127.0.0.1:1/0?prefix={prefix}")
-    assert backend.capabilities().features == frozenset({Feature.NOTIFY})
+    assert backend.capabilities().features == _ALWAYS
 
 
 def test_a_committed_run_survives_a_crash_with_appendfsync_always(

@@ -513,7 +513,7 @@ class SQLiteBackend:
     # -- bundle -----------------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
-        features = {Feature.NOTIFY}
+        features = {Feature.NOTIFY, Feature.REOPEN_FAILED}
         if not self._target.memory:
             features.add(Feature.DURABLE)
             if self._synchronous == "FULL":

@@ -108,9 +108,14 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
     full = SQLiteBackend(tmp_path / "full.db")
     caps = negotiate(full)
     assert caps.name == "sqlite"
-    assert caps.features == {Feature.NOTIFY, Feature.DURABLE, Feature.DURABLE_FSYNC}
+    assert caps.features == {
+        Feature.NOTIFY,
+        Feature.DURABLE,
+        Feature.DURABLE_FSYNC,
+        Feature.REOPEN_FAILED,
+    }
     normal = SQLiteBackend(tmp_path / "normal.db", synchronous="NORMAL")
-    assert negotiate(normal).features == {Feature.NOTIFY, Feature.DURABLE}
+    assert negotiate(normal).features == {Feature.NOTIFY, Feature.DURABLE, Feature.REOPEN_FAILED}
     memory = SQLiteBackend(":memory:")
-    assert negotiate(memory).features == {Feature.NOTIFY}
+    assert negotiate(memory).features == {Feature.NOTIFY, Feature.REOPEN_FAILED}
     assert memory.path is None
