@@ -50,6 +50,7 @@ from docket.contract.proposals import (
 )
 from docket.contract.protocols import Backend, ClaimedStarts, GraphSaveResult
 from docket.contract.registry import UnknownBackend, from_url
+from docket.contract.validate import text_problem
 from docket.core.errors import CoreError
 from docket.core.init import build_initial_run, initialize
 from docket.core.moment import Moment, Terminated
@@ -353,6 +354,10 @@ class Docket:
             return TENANTLESS
         if not isinstance(tenant_id, str) or not tenant_id:
             raise InvalidTenant("tenant_mode='required': pass a non-empty tenant_id")
+        # the validator's rule for every id, here before a read hands a store bad text
+        problem = text_problem("tenant_id", tenant_id)
+        if problem is not None:
+            raise InvalidTenant(f"{problem}: {_shown(tenant_id)}")
         return Tenant(tenant_id)
 
     # -- graphs ------------------------------------------------------------------------------

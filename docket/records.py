@@ -264,6 +264,12 @@ class Run:
     def immutable_identity(self) -> tuple[str, str, str, datetime]:
         return (self.id, self.graph_id, self.graph_hash, self.started_at)
 
+    @property
+    def open_interrupts(self) -> dict[str, InterruptState]:
+        """The interrupts still waiting for an answer, by id (``interrupts`` also keeps the
+        resolved ones, so a run that paused twice has more there than it waits for)."""
+        return {k: i for k, i in self.interrupts.items() if i.status is InterruptStatus.OPEN}
+
 
 # -- events and checkpoints ----------------------------------------------------------------
 

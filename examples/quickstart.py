@@ -86,7 +86,7 @@ def main() -> None:
             run = docket.start_run(ref, {"who": "ada", "amount": 420.0}, run_id="expense-1")
             print(f"started: run {run.id} is {run.status} (checkpoint {run.checkpoint_seq})")
             run = docket.await_run(run.id, timeout=30)
-            (interrupt,) = run.interrupts.values()
+            (interrupt,) = run.open_interrupts.values()
             print(
                 f"paused: run {run.id} is {run.status}, interrupt {interrupt.id!r} "
                 f"asks {interrupt.node_id!r} for a {interrupt.resume_channel!r}"

@@ -1,6 +1,7 @@
 """Transitions: TRANSITION-INITIALIZE-TENANCY, TRANSITION-INITIALIZE-REJECTIONS,
 TRANSITION-CLAIMED-FENCES, TRANSITION-UNCLAIMED-CAS, TRANSITION-CLAIMED-TENANCY-IDENTITY,
-TRANSITION-CLAIMED-SCHEDULES, TRANSITION-ID-REPLAY, BAD-INPUT-CHANGES-NOTHING."""
+TRANSITION-CLAIMED-SCHEDULES, TRANSITION-ID-REPLAY, BAD-INPUT-CHANGES-NOTHING (malformed
+proposals, oversized batches, owners whose tenant id no store can hold)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from docket.contract import (
     External,
     Immediate,
     InitProposal,
+    InvalidGraph,
     InvalidTransition,
     NotFound,
     ReleaseClaim,
@@ -37,6 +39,7 @@ from docket.records import (
     GraphRef,
     Run,
     RunStatus,
+    Tenant,
 )
 from docket_contract_tests.fixtures import (
     claimed,
@@ -44,6 +47,8 @@ from docket_contract_tests.fixtures import (
     commit_unclaimed_ok,
     event,
     events_for,
+    graph_document,
+    graph_ref,
     init_proposal,
     junk,
     new_run,
@@ -693,3 +698,37 @@ async def test_malformed_ghost_proposals_are_invalid_not_missing(docket_kit: Kit
         "a well-formed signal for a ghost run",
     )
     await k.absent(TENANTLESS, ghost.id, "no ghost appears")
+
+
+@invariant("BAD-INPUT-CHANGES-NOTHING")
+@pytest.mark.parametrize("tenant", ["nul", "surrogate"])
+async def test_tenant_ids_must_be_text_every_store_holds(docket_kit: Kit, tenant: str) -> None:
+    """A tenant id is an id: no NUL, no lone surrogate. Every write refuses such an owner
+    before any lookup, and stores nothing."""
+    k = docket_kit
+    owner = Tenant({"nul": "a\x00b", "surrogate": "t\ud800"}[tenant])
+    document = graph_document(k.name("g"))
+    k.isa(
+        await k.b.graphs.save_graph(owner, graph_ref(document), document),
+        InvalidGraph,
+        f"save_graph as a {tenant} tenant",
+    )
+    ref = await save_graph(k, TENANTLESS)
+    run = new_run(k.name("r"), ref, k.t0, event_seq=1)
+    k.isa(
+        await k.b.transitions.initialize(owner, init_proposal(run, k.t0), [event(run.id, 1, k.t0)]),
+        InvalidTransition,
+        f"initialize as a {tenant} tenant",
+    )
+    later = successor(run, k.at(1))
+    k.isa(
+        await k.b.transitions.commit_claimed(owner, claimed(later, "token-1"), []),
+        InvalidTransition,
+        f"commit_claimed as a {tenant} tenant",
+    )
+    k.isa(
+        await k.b.transitions.commit_unclaimed(owner, 1, unclaimed(later), []),
+        InvalidTransition,
+        f"commit_unclaimed as a {tenant} tenant",
+    )
+    k.eq(await k.all_runs(), [], "no run appeared")

@@ -108,10 +108,10 @@ def _is_aware(value: object) -> bool:
 def _id_problem(name: str, value: object) -> str | None:
     if not isinstance(value, str) or not value:
         return f"{name}: must be a non-empty string"
-    return _text_problem(name, value)
+    return text_problem(name, value)
 
 
-def _text_problem(name: str, value: object) -> str | None:
+def text_problem(name: str, value: object) -> str | None:
     """Text every store can hold: no NUL (PostgreSQL text cannot), no lone surrogate (a
     ``str`` that no store can encode as UTF-8)."""
     if isinstance(value, str) and "\x00" in value:
@@ -122,6 +122,13 @@ def _text_problem(name: str, value: object) -> str | None:
         except UnicodeEncodeError:
             return f"{name}: is not valid Unicode text (it holds a lone surrogate)"
     return None
+
+
+def _owner_problems(owner: OwnerScope) -> list[str]:
+    """A tenant id is an id like any other (``Tenant`` only insists on a non-empty str):
+    refused before any lookup, so a store never sees text it cannot hold."""
+    problem = text_problem("tenant_id", tenant_id_of(require_owner(owner)))
+    return [problem] if problem else []
 
 
 def _oversized_id(limits: Limits, *values: object) -> TooLarge | None:
@@ -189,7 +196,7 @@ def _common(
     problems.extend(run_problems(run))
     if isinstance(run, Run):
         for name in ("id", "graph_id", "graph_hash"):
-            text = _text_problem(name, getattr(run, name))
+            text = text_problem(name, getattr(run, name))
             if text:
                 problems.append(text)
     if not isinstance(events, Sequence) or isinstance(events, str | bytes):
@@ -306,7 +313,7 @@ def _validate_initialize(
         return oversized
     if not isinstance(proposal, InitProposal):
         return _invalid(f"proposal: expected InitProposal, got {type(proposal).__name__}")
-    extra: list[str] = []
+    extra = _owner_problems(owner)
     if claimed:
         token = token_problem(claim_token)
         if token:
@@ -353,7 +360,7 @@ def validate_commit_claimed(
     require_owner(owner)
     if not isinstance(proposal, ClaimedProposal):
         return _invalid(f"proposal: expected ClaimedProposal, got {type(proposal).__name__}")
-    extra: list[str] = []
+    extra = _owner_problems(owner)
     expected = proposal.expected_checkpoint_seq
     if not _is_count(expected):
         extra.append("expected_checkpoint_seq: must be a non-negative integer")
@@ -401,7 +408,7 @@ def validate_commit_unclaimed(
     require_owner(owner)
     if not isinstance(proposal, UnclaimedProposal):
         return _invalid(f"proposal: expected UnclaimedProposal, got {type(proposal).__name__}")
-    extra: list[str] = []
+    extra = _owner_problems(owner)
     expected = expected_checkpoint_seq
     if not _is_count(expected):
         extra.append("expected_checkpoint_seq: must be a non-negative integer")
@@ -523,11 +530,12 @@ def validate_graph_save(
         return oversized
     if not isinstance(ref, GraphRef):
         return InvalidGraph((f"ref: expected GraphRef, got {type(ref).__name__}",))
-    problems = [
+    problems = _owner_problems(owner)
+    problems.extend(
         p
         for p in (_id_problem("graph_id", ref.graph_id), _id_problem("graph_hash", ref.graph_hash))
         if p
-    ]
+    )
     if not isinstance(document, dict):
         problems.append(f"document: expected an object, got {type(document).__name__}")
     if problems:
@@ -564,6 +572,7 @@ __all__ = [
     "compare_event",
     "graph_document_id",
     "split_events",
+    "text_problem",
     "token_problem",
     "validate_commit_claimed",
     "validate_commit_unclaimed",

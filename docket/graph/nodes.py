@@ -15,7 +15,8 @@ never make a worker import code.
 Public API
 ----------
 - ``node(name, config=None, description=None)``: decorator turning a function or class
-  into a ``NodeDefinition``.
+  into a ``NodeDefinition``; typed (``NodeDecorator``) so that a node may declare its
+  state as a ``TypedDict`` and still have its signature checked.
 - ``NodeDefinition``: name, callable, config schema.
 - ``NodeRegistry``: name -> ``NodeDefinition``; ``register``, ``add``, ``node`` (decorator),
   ``get``, ``in``.
@@ -32,7 +33,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import TypeAlias, cast
+from typing import Protocol, TypeAlias, TypeVar, cast, overload
 
 import attrs
 
@@ -45,6 +46,7 @@ __all__ = [
     "Failure",
     "Interrupt",
     "NodeContext",
+    "NodeDecorator",
     "NodeDefinition",
     "NodeFn",
     "NodePolicies",
@@ -134,6 +136,29 @@ NodeState: TypeAlias = Mapping[str, JSONValue]
 #: What a node callable may return: a result, or a plain dict as shorthand for ``Update``.
 NodeReturn: TypeAlias = "NodeResult | Mapping[str, JSONValue]"
 NodeFn: TypeAlias = Callable[[NodeState, NodeContext], "NodeReturn | Awaitable[NodeReturn]"]
+
+# The state type a node function declares: NodeState, or a TypedDict of the fields it reads
+# (at run time state is always a plain dict, so a TypedDict costs nothing).
+_State = TypeVar("_State", bound=Mapping[str, object])
+# What a node function may declare it returns. Wider than NodeReturn in the values of a
+# plain mapping (dict[str, list[str]] is no Mapping[str, JSONValue], list being
+# invariant): the commit checks every written value against its field anyway.
+_Declared: TypeAlias = "NodeResult | Mapping[str, object]"
+
+
+class NodeDecorator(Protocol):
+    """What ``@node(...)`` / ``@registry.node(...)`` apply: checks, for a type checker, that
+    a function takes ``(state, ctx: NodeContext)`` with a mapping state (``NodeState`` or a
+    ``TypedDict``) and returns a node result, sync or async. Classes are taken as they are
+    (their ``call`` method is found at run time)."""
+
+    @overload
+    def __call__(
+        self, impl: Callable[[_State, NodeContext], _Declared | Awaitable[_Declared]]
+    ) -> NodeDefinition: ...
+
+    @overload
+    def __call__(self, impl: type[object]) -> NodeDefinition: ...
 
 
 def as_result(value: object) -> NodeResult:
@@ -229,7 +254,7 @@ def _definition(
 
 def node(
     name: str, *, config: Schema | None = None, description: str | None = None
-) -> Callable[[object], NodeDefinition]:
+) -> NodeDecorator:
     """Decorate a function ``fn(state, ctx)`` (sync or async) or a class with a
     ``call(self, state, ctx)`` method (instantiated once, without arguments; a class
     attribute ``config_schema`` is used when ``config`` is not given)."""
@@ -277,7 +302,7 @@ class NodeRegistry:
 
     def node(
         self, name: str, *, config: Schema | None = None, description: str | None = None
-    ) -> Callable[[object], NodeDefinition]:
+    ) -> NodeDecorator:
         """Like :func:`node`, and registers the result here."""
 
         def wrap(impl: object) -> NodeDefinition:

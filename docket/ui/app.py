@@ -4,6 +4,11 @@ Every read and write goes through the facade (no backend or SQL access of its ow
 the console sees exactly what the API sees and refuses what the API refuses. Writes are
 POST-only, checked against cross-site forgery, and need the access token when one is set
 (see :mod:`docket.ui.security`).
+
+Ids are arbitrary text (``a/b?c#d`` is a valid run id), so every id put in a URL path is
+one percent-encoded segment (:func:`segment`), and routing happens on the path as sent,
+still encoded (:class:`_EncodedPaths`): an escaped ``/`` stays inside its segment, and
+each handler decodes the ids it reads (:func:`_path_id`).
 """
 
 from __future__ import annotations
@@ -14,15 +19,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlencode
+from urllib.parse import quote, unquote, unquote_to_bytes, urlencode
 
 from starlette.applications import Starlette
 from starlette.datastructures import URL
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from docket import errors
 from docket.facade import Docket
@@ -52,7 +59,7 @@ from docket.ui.security import (
 )
 from docket.values import from_micros, to_micros
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "segment"]
 
 _HERE: Final = Path(__file__).parent
 PAGE_SIZE: Final = 25
@@ -82,6 +89,49 @@ class _Refused(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+# Browsers and HTTP clients drop "." and ".." path segments (escaped or not) before
+# sending, so those two ids get a literal ";" appended — a character segment() otherwise
+# always escapes, so the mark is unambiguous; _EncodedPaths strips it.
+_DOT_MARK: Final = ";"
+
+
+def segment(text: str) -> str:
+    """``text`` as one URL path segment: every character but ``A-Za-z0-9_.-~`` escaped."""
+    escaped = quote(text, safe="")
+    return escaped + _DOT_MARK if escaped in (".", "..") else escaped
+
+
+def _canonical_segment(raw: bytes) -> str:
+    if raw in (b".;", b"..;"):
+        raw = raw[:-1]
+    return quote(unquote_to_bytes(raw), safe="")
+
+
+def _path_id(request: Request, name: str) -> str:
+    """A path parameter as the id it encodes (routing left it percent-encoded)."""
+    try:
+        return unquote(request.path_params[name], errors="strict")
+    except UnicodeDecodeError:
+        raise _Refused(400, f"the address's {name} is not UTF-8 text") from None
+
+
+class _EncodedPaths:
+    """Route on the path as the client sent it, each segment re-encoded the one way
+    :func:`segment` does, so ``/runs/a%2Fb`` is run ``a/b`` and not a route miss."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            # without raw_path (optional in ASGI) an escaped "/" is lost; the rest still works
+            parts = raw.split(b"/") if raw else scope["path"].encode("utf-8").split(b"/")
+            scope = dict(scope)
+            scope["path"] = "/".join(_canonical_segment(p) for p in parts)
+        await self.app(scope, receive, send)
 
 
 def _when(moment: datetime | None) -> str:
@@ -163,6 +213,7 @@ class Console:
         env.filters["ago"] = _ago
         env.filters["pretty"] = _pretty
         env.filters["short"] = _short
+        env.filters["segment"] = segment
         env.globals["duration"] = _duration
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -331,10 +382,10 @@ class Console:
     def _run_url(self, run_id: str, tenant: str | None, **extra: str) -> str:
         query = {"tenant": tenant} if tenant else {}
         query.update(extra)
-        return f"/runs/{run_id}" + ("?" + urlencode(query) if query else "")
+        return f"/runs/{segment(run_id)}" + ("?" + urlencode(query) if query else "")
 
     async def run(self, request: Request) -> Response:
-        return await self._run_page(request, request.path_params["run_id"], {}, status=200)
+        return await self._run_page(request, _path_id(request, "run_id"), {}, status=200)
 
     async def _run_page(
         self,
@@ -420,13 +471,15 @@ class Console:
             error=error,
             can_cancel=run.status in (RunStatus.RUNNING, RunStatus.WAITING),
             refresh=run.status is RunStatus.RUNNING and not info.poisoned,
-            action=lambda what: (
-                f"/runs/{run_id}/{what}" + ("?" + urlencode({"tenant": tenant}) if tenant else "")
+            action=lambda *what: (
+                f"/runs/{segment(run_id)}/"
+                + "/".join(segment(w) for w in what)
+                + ("?" + urlencode({"tenant": tenant}) if tenant else "")
             ),
         )
 
     async def cancel(self, request: Request) -> Response:
-        run_id = request.path_params["run_id"]
+        run_id = _path_id(request, "run_id")
         tenant = self._tenant(request, needed=True)
         await self.docket.cancel_run(run_id, tenant_id=tenant)
         return RedirectResponse(self._run_url(run_id, tenant, notice="cancelled"), 303)
@@ -434,7 +487,7 @@ class Console:
     async def retry(self, request: Request) -> Response:
         """Retry a failed run (reopened, the form's optional ``reason`` recorded) or a
         poisoned one (made due again)."""
-        run_id = request.path_params["run_id"]
+        run_id = _path_id(request, "run_id")
         tenant = self._tenant(request, needed=True)
         given = (await request.form()).get("reason")
         reason = given.strip() if isinstance(given, str) and given.strip() else None
@@ -447,8 +500,8 @@ class Console:
         return RedirectResponse(self._run_url(run_id, tenant, notice="retried"), 303)
 
     async def resolve(self, request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        interrupt_id = request.path_params["interrupt_id"]
+        run_id = _path_id(request, "run_id")
+        interrupt_id = _path_id(request, "interrupt_id")
         tenant = self._tenant(request, needed=True)
         run = await self.docket.fetch_run(run_id, tenant_id=tenant)
         interrupt = run.interrupts.get(interrupt_id)
@@ -484,7 +537,7 @@ class Console:
         if wanted:
             query = {"tenant": tenant} if tenant else {}
             suffix = "?" + urlencode(query) if query else ""
-            return RedirectResponse(f"/graphs/{wanted}{suffix}", 303)
+            return RedirectResponse(f"/graphs/{segment(wanted)}{suffix}", 303)
         # the store has no list of graph ids: offer the ones recent runs used
         recent = await self.docket.list_runs(
             limit=500, tenant_id=tenant, all_tenants=self.tenanted and tenant is None
@@ -501,7 +554,7 @@ class Console:
         return self.render(request, "graphs.html", rows=rows, tenant=tenant)
 
     async def graph(self, request: Request) -> Response:
-        graph_id = request.path_params["graph_id"]
+        graph_id = _path_id(request, "graph_id")
         tenant = self._tenant(request, needed=True)
         before = None
         cursor = request.query_params.get("versions_before")
@@ -516,7 +569,8 @@ class Console:
         if not page.versions and before is None:
             raise _Refused(404, f"no published versions of graph {graph_id!r}")
         newest = page.versions[0].ref.graph_hash if page.versions else ""
-        chosen = request.path_params.get("graph_hash") or newest
+        chosen = _path_id(request, "graph_hash") if "graph_hash" in request.path_params else ""
+        chosen = chosen or newest
         if not chosen:
             raise _Refused(404, f"no older versions of graph {graph_id!r}")
         older = None
@@ -525,7 +579,7 @@ class Console:
             query["versions_before"] = (
                 f"{to_micros(page.next_before.published_at)}~{page.next_before.graph_hash}"
             )
-            older = f"/graphs/{graph_id}/{chosen}?" + urlencode(query)
+            older = f"/graphs/{segment(graph_id)}/{segment(chosen)}?" + urlencode(query)
         graph = await self.docket.fetch_graph(GraphRef(graph_id, chosen), tenant_id=tenant)
         return self.render(
             request,
@@ -618,4 +672,4 @@ def create_app(
         Route("/graphs/{graph_id}/{graph_hash}", guard(console.graph)),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_EncodedPaths)])

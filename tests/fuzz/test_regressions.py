@@ -9,12 +9,16 @@
   stored and the run could never be read back;
 * a counter of 2**63 or more passed validation and overflowed SQLite's INTEGER;
 * a NUL character in an id was answered ``Permanent`` by PostgreSQL instead of being
-  refused as invalid everywhere.
+  refused as invalid everywhere;
+* a tenant id with a NUL or a lone surrogate passed the shared validator (issue 18,
+  item 10): ``Tenant("a\\x00b")`` could save a graph and start a run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -27,6 +31,7 @@ from docket_contract_tests.fixtures import (
     init_proposal,
     new_run,
     successor,
+    unclaimed,
 )
 
 from docket import Docket
@@ -37,11 +42,21 @@ from docket.contract import (
     InvalidGraph,
     InvalidTransition,
     NotFound,
+    RunListQuery,
 )
-from docket.errors import InvalidInput, InvalidOptions
+from docket.errors import InvalidInput, InvalidOptions, InvalidTenant
 from docket.graph.compiler import graph_from_effective_document
 from docket.graph.wire import GraphLoadError
-from docket.records import TENANTLESS, EventPage, GraphRef, GraphVersion, Run, format_timestamp
+from docket.records import (
+    SYSTEM,
+    TENANTLESS,
+    EventPage,
+    GraphRef,
+    GraphVersion,
+    Run,
+    Tenant,
+    format_timestamp,
+)
 from docket.values import MAX_DEPTH, NonDurableValue, canonical_json, coerce_durable
 from docket.values import durable_errors as durable_problems
 from tests.fuzz.backends import OpenStore
@@ -154,3 +169,46 @@ def test_the_facade_refuses_bad_text_and_deep_values(store: OpenStore) -> None:
             assert (await docket.list_runs()).runs == ()
 
     store.runner.run(scenario())
+
+
+def test_tenant_ids_with_bad_text_are_refused_and_store_nothing(store: OpenStore) -> None:
+    async def scenario() -> None:
+        b = store.backend
+        document = graph_document("tenant-text")
+        ref = graph_ref(document)
+        now = await b.now()
+        run = new_run("tenant-text-run", ref, now, event_seq=1)
+        for bad in (Tenant("a\x00b"), Tenant(SURROGATE), Tenant("ok" + SURROGATE)):
+            saved = await b.graphs.save_graph(bad, ref, document)
+            assert isinstance(saved, InvalidGraph), (bad, saved)
+            assert any(r.startswith("tenant_id:") for r in saved.reasons), saved.reasons
+            proposal = init_proposal(run, now)
+            started = await b.transitions.initialize(bad, proposal, [event(run.id, 1, now)])
+            assert isinstance(started, InvalidTransition), (bad, started)
+            assert any(r.startswith("tenant_id:") for r in started.reasons), started.reasons
+            # refused before any lookup (there is no such run to find)
+            later = successor(run, now)
+            result = await b.transitions.commit_claimed(bad, claimed(later, "t" * 8), [])
+            assert isinstance(result, InvalidTransition), (bad, result)
+            result = await b.transitions.commit_unclaimed(bad, 1, unclaimed(later), [])
+            assert isinstance(result, InvalidTransition), (bad, result)
+        page = await b.runs.list_runs(SYSTEM, RunListQuery())
+        assert page.runs == ()
+
+    store.runner.run(scenario())
+
+
+def test_the_facade_refuses_tenant_ids_with_bad_text(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        url = f"sqlite:///{tmp_path / 'app.db'}"
+        async with Docket(url, nodes=NODES, tenant_mode="required") as docket:
+            for bad in ("a\x00b", SURROGATE):
+                with pytest.raises(InvalidTenant, match="tenant_id"):
+                    await docket.save_graph(fuzz_graph(), tenant_id=bad)
+                with pytest.raises(InvalidTenant, match="tenant_id"):
+                    await docket.fetch_run("r", tenant_id=bad)
+                with pytest.raises(InvalidTenant, match="tenant_id"):
+                    await docket.list_runs(tenant_id=bad)
+            assert (await docket.list_runs(all_tenants=True)).runs == ()
+
+    asyncio.run(scenario())
