@@ -198,17 +198,22 @@ async def run_all(args: argparse.Namespace, report: Report) -> None:
             began = time.perf_counter()
             for backend in args.backends + unsafe:
                 for clients in args.inflight:
-                    report.ceilings.append(
-                        await ceiling.paired(
-                            env,
-                            backend,
-                            clients,
-                            args.ceiling_seconds,
-                            args.ceiling_runs,
-                            args.ceiling_repeats,
-                            args.ceiling_workers,
-                        )
+                    found = await ceiling.paired(
+                        env,
+                        backend,
+                        clients,
+                        args.ceiling_seconds,
+                        args.ceiling_runs,
+                        args.ceiling_repeats,
+                        args.ceiling_workers,
                     )
+                    report.ceilings.append(found)
+                    best = found.best
+                    state = found.unavailable or (
+                        f"best raw {found.per_s:.0f}/s ({best.variant if best else 'n/a'}), "
+                        f"docket {found.best_docket_per_s:.0f}/s"
+                    )
+                    _say(f"  {backend} {clients}: {state}")
             _say(f"\n### Write ceiling ({time.perf_counter() - began:.0f} s)\n")
             _say(report.ceiling_table())
             _say("\n### Raw variants (best trial of each)\n")
@@ -276,10 +281,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--ceiling-seconds",
         type=float,
         help="seconds per raw variant at each ceiling level (whole seconds for pgbench) "
-        "(3; quick 1)",
+        "(2; quick 1)",
     )
     add("--ceiling-runs", type=int, help="docket chain_10 runs per ceiling level (400; quick 30)")
-    add("--ceiling-repeats", type=int, help="raw/docket pairs per level (3; quick 2)")
+    add("--ceiling-repeats", type=int, help="raw/docket rounds per level (3; quick 1)")
     add(
         "--ceiling-workers",
         type=int,
@@ -303,9 +308,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "batches": (15, 7),
         "batch_size": (40, 20),
         "inline_warmup": (30, 10),
-        "ceiling_seconds": (3.0, 1.0),
+        "ceiling_seconds": (2.0, 1.0),
         "ceiling_runs": (400, 30),
-        "ceiling_repeats": (3, 2),
+        "ceiling_repeats": (3, 1),
         "growth_runs": (100_000, 10_000),
         "growth_events": (1_000_000, 100_000),
         "growth_trial_runs": (400, 80),
