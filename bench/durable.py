@@ -1,17 +1,21 @@
-"""Durable trials: N runs of one shape at a fixed number in flight, on one backend.
+"""Durable trials of docket and LangGraph: N runs of one shape at a fixed number in
+flight, on one backend (DBOS's are in ``bench/dbos_peer.py``, a cell of all engines in
+``bench/cells.py``).
 
 - docket: ``inflight`` client tasks call ``Docket.start_run``; one in-process
   ``Docket.worker(concurrency=inflight)`` claims and executes the runs. A run is complete
   when its terminal commit is durable (seen by a commit observer; ``await_run`` is the
-  fallback). Afterwards every run is read back from the database and checked: terminal
-  (``done``), unclaimed, not poisoned, events numbered 1..``event_seq`` without gaps, and
-  the checkpoints the observer saw numbered without gaps up to ``checkpoint_seq``. A trial
-  that fails reports GATED instead of numbers.
+  fallback). Afterwards every run is read back from the database and checked
+  (:func:`check_invariants`): terminal (``done``), unclaimed, not poisoned, events
+  numbered 1..``event_seq`` without gaps, exactly the shape's checkpoints, and every one
+  of the worker's commits seen by the observer. A trial that fails reports GATED.
 - LangGraph: the same shape, ``ainvoke(..., durability="sync")`` from ``inflight`` tasks
-  with a new thread per run.
+  with a new thread per run; afterwards every thread's checkpoints and writes are read
+  back through the saver (:func:`check_langgraph`).
 
 Both report the storage the measured runs added (bytes and rows/keys per run), taken as
-the difference of two :meth:`Place.footprint` readings around the measured runs.
+the difference of two :meth:`Place.footprint` readings around the measured runs. The
+read-backs happen after the second reading, outside the measured window.
 """
 
 from __future__ import annotations

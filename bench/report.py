@@ -171,13 +171,14 @@ class Report:
             for peer in PEERS:
                 for other in self.durable:
                     key = (other.backend, other.shape, other.inflight)
-                    same = key == (mine.backend, mine.shape, mine.inflight)
-                    if other.engine == peer and other.ok and same:
-                        ratio = mine.runs_per_s / other.runs_per_s
-                        yield (
-                            f"ratio {mine.shape} {mine.backend} {mine.inflight} "
-                            f"docket/{peer}={ratio:.3f}"
-                        )
+                    if other.engine != peer or key != (mine.backend, mine.shape, mine.inflight):
+                        continue
+                    head = f"ratio {mine.shape} {mine.backend} {mine.inflight} docket/{peer}="
+                    if other.ok:
+                        yield f"{head}{mine.runs_per_s / other.runs_per_s:.3f}"
+                    else:  # say why there is no number (DBOS on Redis, a GATED peer)
+                        why = other.unavailable or f"GATED: {other.gated}"
+                        yield f"{head}n/a ({why})"
         tops: dict[str, tuple[float, str]] = {}
         for c in self.ceilings:
             best = c.best

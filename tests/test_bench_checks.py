@@ -188,8 +188,16 @@ def test_lines_name_every_peer_and_the_variant_that_set_each_ceiling(tmp_path: P
     def cell(engine: str, seconds: float) -> Result:
         return Result("sqlite", engine, "chain_10", 8, runs=100, seconds=seconds)
 
+    no_dbos = Result("redis", "dbos", "chain_10", 8, unavailable=NO_REDIS)
+    on_redis = Result("redis", "docket", "chain_10", 8, runs=100, seconds=1.0)
     report = Report(
-        durable=[cell("docket", 1.0), cell("langgraph", 4.0), cell("dbos", 5.0)],
+        durable=[
+            cell("docket", 1.0),
+            cell("langgraph", 4.0),
+            cell("dbos", 5.0),
+            on_redis,
+            no_dbos,
+        ],
         ceilings=[
             Ceiling(
                 "sqlite",
@@ -205,6 +213,7 @@ def test_lines_name_every_peer_and_the_variant_that_set_each_ceiling(tmp_path: P
     lines = list(report.lines())
     assert "ratio chain_10 sqlite 8 docket/langgraph=4.000" in lines
     assert "ratio chain_10 sqlite 8 docket/dbos=5.000" in lines
+    assert f"ratio chain_10 redis 8 docket/dbos=n/a ({NO_REDIS})" in lines
     assert (
         "ceiling sqlite 8 docket/best_raw=0.250 "
         "(best raw 2000/s: sqlite 1 thread, 8/txn (savepoint each))"
