@@ -528,7 +528,9 @@ def _redis_client_main(url: str, sha: str, first: int, depth: int, duration: flo
     while time.perf_counter() < deadline:
         pipe = client.pipeline(transaction=False)
         for i in rows:
-            pipe.evalsha(sha, 2, f"ceiling:r:{i}", f"ceiling:ev:{i}", seq, DOC, EVENT, 3)
+            pipe.evalsha(
+                sha, 2, f"ceiling:r:{i}", f"ceiling:ev:{i}", seq, DOC, EVENT, EVENTS_PER_UNIT
+            )
         if pipe.execute() != [1] * depth:
             print(f"fence failed at {seq}", file=sys.stderr)
             return 1
