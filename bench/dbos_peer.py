@@ -37,7 +37,7 @@ from bench.durable import Result, _per_run, drive, settled_heap
 from bench.shapes import LAYERS
 from bench.stores import Place
 
-NO_REDIS = "DBOS has no Redis backend (SQLite and PostgreSQL only)"
+NO_REDIS = "DBOS has no Redis backend: it runs on SQLite and PostgreSQL only"
 STEP = "bench_noop"
 
 _FLOWS: dict[str, Any] = {}
