@@ -53,9 +53,10 @@ chaos: $(STAMP) services
 	$(CHAOS) --backend postgres --restart-db 3
 	$(CHAOS) --backend redis --restart-db 3
 
-# The benchmark suite (bench/compare.py, docs/benchmarks.md): docket vs LangGraph and vs
-# the databases' raw write ceiling. Needs LangGraph and matplotlib (bench/requirements.txt),
-# installed here on demand; results go to bench/results/. Not part of `make test`.
+# The benchmark suite (bench/compare.py, docs/benchmarks.md): docket vs LangGraph and DBOS
+# and vs each database's best raw write rate (pgbench ships with Debian's postgresql).
+# Needs LangGraph, DBOS and matplotlib (bench/requirements.txt), installed here on demand;
+# results go to bench/results/. Not part of `make test`.
 .PHONY: bench bench-quick bench-deps
 bench-deps: $(STAMP) bench/requirements.txt
 	$(BIN)/python -m pip install --quiet -r bench/requirements.txt

@@ -1,29 +1,17 @@
-"""The raw write ceiling of each database for docket's unit of durable work.
+"""The write ceiling of each database for docket's unit of durable work, and docket's
+fraction of it.
 
-One *transition* here is what a docket commit must make durable at minimum: a fenced
-update of one run row (only if its sequence number is still the expected one) plus the
-events of that step, atomically. Sizes follow what docket writes per commit of the
-``chain_10`` shape (a run document of about 800 bytes, three events of about 150 bytes).
+The ceiling at ``n`` in flight is the best rate any lower-level client in
+``bench/raw.py`` reaches doing the same durable work as one docket transition (the same
+rows and bytes, the fence checked on every unit), over its variants: client counts and
+batching (up to ``n`` units per commit, as ``n`` runs in flight allow). The variant that
+set it is reported with it, and today's one-unit-per-transaction rate is kept as a
+separately named figure (``one_per_txn``).
 
-- SQLite: ``BEGIN IMMEDIATE``; ``UPDATE runs SET seq = seq + 1, doc = ? WHERE id = ? AND
-  seq = ?``; one ``INSERT`` of the events; ``COMMIT`` — on a file in WAL mode with
-  ``synchronous=FULL``, one connection per client, clients in threads (sqlite3 releases
-  the GIL while it works). SQLite has one writer at a time; the clients take turns
-  through a lock, as docket's own writer does, rather than through SQLite's busy
-  handler, whose sleep-and-retry backoff would measure the backoff, not the database.
-- PostgreSQL: the same update and insert as one statement (a data-modifying CTE, one
-  round trip, its own transaction) on one connection per client, on the same server as
-  the trials (so with the same durability settings).
-- Redis: a Lua script doing the same check-and-write on two hashes, on the same AOF
-  ``everysec`` server, one connection per client.
-
-Each client owns one run row, so clients never conflict: this is the database's
-throughput for independent runs, one unit of work per transaction. A backend that
-commits several runs' transitions in one transaction (docket's SQLite backend does,
-"group commit") can exceed it. docket's side of the ratio is a ``chain_10`` trial at the
-same number in flight, run right after the raw measurement (see :func:`paired`), in two
-forms: one in-process worker (the durable section's trial) and, with ``workers`` > 1,
-real ``docket worker`` processes sharing the same store (:func:`processes_trial`).
+docket's side is a ``chain_10`` trial at the same number in flight, run right after the
+raw variants (see :func:`paired`), in two forms: one in-process worker (the durable
+section's trial) and, with ``workers`` > 1, real ``docket worker`` processes sharing the
+same store (:func:`processes_trial`). Its rate is committed checkpoints per second.
 """
 
 from __future__ import annotations
@@ -31,17 +19,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from bench import raw as rawmod
 from bench.durable import check_invariants, docket_trial
+from bench.raw import ONE_PER_TXN, RawRate
 from bench.shapes import NODES, docket_graph
 from bench.stores import Env, Place
 from docket import Docket
@@ -49,17 +37,12 @@ from docket import Docket
 ROOT = Path(__file__).resolve().parent.parent
 APP = "bench.worker_app:create"
 
-DOC = b"d" * 800
-EVENT = b"e" * 150
-EVENTS_PER_TRANSITION = 3
-
 
 @attrs.frozen
 class Ceiling:
     backend: str
     clients: int
-    transitions: int = 0
-    seconds: float = 0.0
+    raw: tuple[RawRate, ...] = ()  # the best trial of each raw variant
     # docket's chain_10 transitions/s at ``clients`` in flight: one in-process worker ...
     docket_per_s: float = 0.0
     # ... and ``workers`` ``docket worker`` processes (0: not measured)
@@ -68,8 +51,18 @@ class Ceiling:
     unavailable: str | None = None
 
     @property
+    def best(self) -> RawRate | None:
+        """The raw variant that set the ceiling."""
+        return max(self.raw, key=lambda r: r.per_s, default=None)
+
+    @property
     def per_s(self) -> float:
-        return self.transitions / self.seconds if self.seconds else 0.0
+        best = self.best
+        return best.per_s if best is not None else 0.0
+
+    @property
+    def one_per_txn(self) -> RawRate | None:
+        return next((r for r in self.raw if r.variant == ONE_PER_TXN), None)
 
     @property
     def best_docket_per_s(self) -> float:
@@ -80,174 +73,26 @@ class Ceiling:
     def ratio(self) -> float:
         return self.best_docket_per_s / self.per_s if self.per_s else 0.0
 
+    @property
+    def one_per_txn_ratio(self) -> float:
+        old = self.one_per_txn
+        return self.best_docket_per_s / old.per_s if old is not None and old.per_s else 0.0
+
     def as_json(self) -> dict[str, Any]:
+        best = self.best
         return {
-            **attrs.asdict(self),
-            "transitions_per_s": self.per_s,
-            "docket_raw": self.ratio,
-            "docket_inprocess_raw": self.docket_per_s / self.per_s if self.per_s else 0.0,
-            "docket_processes_raw": (
-                self.docket_processes_per_s / self.per_s if self.per_s else 0.0
-            ),
+            "backend": self.backend,
+            "clients": self.clients,
+            "raw": [r.as_json() for r in self.raw],
+            "best_raw_variant": best.variant if best is not None else None,
+            "best_raw_per_s": self.per_s,
+            "docket_per_s": self.docket_per_s,
+            "workers": self.workers,
+            "docket_processes_per_s": self.docket_processes_per_s,
+            "docket_best_raw": self.ratio,
+            "docket_one_per_txn": self.one_per_txn_ratio,
+            "unavailable": self.unavailable,
         }
-
-
-def _sqlite(path: str, clients: int, duration: float) -> tuple[int, float]:
-    setup = sqlite3.connect(path, isolation_level=None)
-    setup.execute("PRAGMA journal_mode=WAL")
-    setup.execute("CREATE TABLE IF NOT EXISTS runs (id INTEGER PRIMARY KEY, seq INT, doc BLOB)")
-    setup.execute(
-        "CREATE TABLE IF NOT EXISTS events (run INT, seq INT, n INT, body BLOB, "
-        "PRIMARY KEY (run, seq, n))"
-    )
-    setup.execute("DELETE FROM events")
-    setup.executemany(
-        "INSERT OR REPLACE INTO runs VALUES (?, 0, x'')", [(i,) for i in range(clients)]
-    )
-    setup.close()
-    counts = [0] * clients
-    stop = threading.Event()
-    writer = threading.Lock()
-    errors: list[BaseException] = []
-
-    def client(i: int) -> None:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=60, check_same_thread=False)
-        conn.execute("PRAGMA synchronous=FULL")
-        seq = 0
-        try:
-            while not stop.is_set():
-                with writer:
-                    conn.execute("BEGIN IMMEDIATE")
-                    cur = conn.execute(
-                        "UPDATE runs SET seq = seq + 1, doc = ? WHERE id = ? AND seq = ?",
-                        (DOC, i, seq),
-                    )
-                    if cur.rowcount != 1:
-                        raise RuntimeError("fence failed")
-                    conn.executemany(
-                        "INSERT INTO events VALUES (?, ?, ?, ?)",
-                        [(i, seq + 1, n, EVENT) for n in range(EVENTS_PER_TRANSITION)],
-                    )
-                    conn.execute("COMMIT")
-                seq += 1
-                counts[i] += 1
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            conn.close()
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    time.sleep(duration)
-    stop.set()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return sum(counts), time.perf_counter() - started
-
-
-async def _run_clients(
-    clients: int, duration: float, one: Any, setup: Any, teardown: Any
-) -> tuple[int, float]:
-    states = [await setup(i) for i in range(clients)]
-    counts = [0] * clients
-    deadline = time.perf_counter() + duration
-
-    async def client(i: int) -> None:
-        seq = 0
-        while time.perf_counter() < deadline:
-            await one(states[i], i, seq)
-            seq += 1
-            counts[i] += 1
-
-    started = time.perf_counter()
-    try:
-        await asyncio.gather(*(client(i) for i in range(clients)))
-        return sum(counts), time.perf_counter() - started
-    finally:
-        for state in states:
-            await teardown(state)
-
-
-_PG_SQL = b"""WITH moved AS (
-    UPDATE ceiling.runs SET seq = seq + 1, doc = %(doc)s
-    WHERE id = %(id)s AND seq = %(seq)s RETURNING id, seq
-)
-INSERT INTO ceiling.events (run, seq, n, body)
-SELECT moved.id, moved.seq, n, %(body)s FROM moved, generate_series(1, %(count)s) AS n"""
-
-
-async def _postgres(conninfo: str, clients: int, duration: float) -> tuple[int, float]:
-    import psycopg
-
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        await conn.execute(b"DROP SCHEMA IF EXISTS ceiling CASCADE")
-        await conn.execute(b"CREATE SCHEMA ceiling")
-        await conn.execute(b"CREATE TABLE ceiling.runs (id int PRIMARY KEY, seq int, doc bytea)")
-        await conn.execute(
-            b"CREATE TABLE ceiling.events (run int, seq int, n int, body bytea, "
-            b"PRIMARY KEY (run, seq, n))"
-        )
-        await conn.execute(
-            b"INSERT INTO ceiling.runs SELECT i, 0, '' FROM generate_series(0, %s) i",
-            (clients,),
-        )
-
-    async def setup(i: int) -> Any:
-        return await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
-
-    async def one(conn: Any, i: int, seq: int) -> None:
-        cur = await conn.execute(
-            _PG_SQL,
-            {"doc": DOC, "id": i, "seq": seq, "body": EVENT, "count": EVENTS_PER_TRANSITION},
-        )
-        if cur.rowcount != EVENTS_PER_TRANSITION:
-            raise RuntimeError("fence failed")
-
-    async def teardown(conn: Any) -> None:
-        await conn.close()
-
-    return await _run_clients(clients, duration, one, setup, teardown)
-
-
-_LUA = """
-if redis.call('HGET', KEYS[1], 'seq') ~= ARGV[1] then return 0 end
-local seq = tonumber(ARGV[1]) + 1
-redis.call('HSET', KEYS[1], 'seq', seq, 'doc', ARGV[2])
-for n = 1, tonumber(ARGV[4]) do
-    redis.call('HSET', KEYS[2], seq .. ':' .. n, ARGV[3])
-end
-return 1
-"""
-
-
-async def _redis(url: str, clients: int, duration: float) -> tuple[int, float]:
-    import redis.asyncio as aioredis
-
-    admin: Any = aioredis.from_url(url)
-    sha = await admin.script_load(_LUA)
-    for i in range(clients):
-        await admin.hset(f"ceiling:r:{i}", mapping={"seq": 0, "doc": b""})
-        await admin.delete(f"ceiling:ev:{i}")
-    await admin.aclose()
-
-    async def setup(i: int) -> Any:
-        return aioredis.from_url(url, single_connection_client=True)
-
-    async def one(client: Any, i: int, seq: int) -> None:
-        ok = await client.evalsha(
-            sha, 2, f"ceiling:r:{i}", f"ceiling:ev:{i}", seq, DOC, EVENT, EVENTS_PER_TRANSITION
-        )
-        if ok != 1:
-            raise RuntimeError("fence failed")
-
-    async def teardown(client: Any) -> None:
-        await client.aclose()
-
-    return await _run_clients(clients, duration, one, setup, teardown)
 
 
 def _shares(inflight: int, workers: int) -> list[int]:
@@ -337,7 +182,7 @@ async def processes_trial(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-        problem, per_run = await check_invariants(docket, ids, runs, {})
+        problem, per_run = await check_invariants(docket, ids, runs, "chain_10", None)
     if problem is not None:
         return 0.0, problem
     return per_run * runs / seconds, None
@@ -352,22 +197,29 @@ async def paired(
     repeats: int,
     workers: int = 0,
 ) -> Ceiling:
-    """The raw ceiling and docket's own rate at the same level, measured back to back
+    """The raw variants and docket's own rate at the same level, measured back to back
     ``repeats`` times, keeping the best of each: the disk and the CPU are shared with
     whatever else the machine runs, and noise only ever slows a trial down. docket's rate
     is measured with one in-process worker and, when ``workers`` > 1, with that many
     worker processes too."""
-    best = Ceiling(backend, clients)
+    missing = env.missing(backend)
+    if missing is not None:
+        return Ceiling(backend, clients, unavailable=missing)
+    best: dict[str, RawRate] = {}
     docket_best = 0.0
     processes_best = 0.0
     used = len(_shares(clients, workers)) if workers > 1 else 0
+    stem = f"{backend.replace('-', '_')}_{clients}"
     for rep in range(repeats):
-        raw = await measure(env, backend, clients, duration)
-        if raw.unavailable is not None:
-            return raw
-        if raw.per_s > best.per_s:
-            best = raw
-        place = Place(backend, env, f"ceil_{backend}_{clients}_{rep}")
+        for variant, connections, batch in rawmod.variants(_kind(backend), clients):
+            try:
+                rate = await measure(env, backend, clients, connections, batch, duration, variant)
+            except Exception as exc:
+                reason = f"{variant}: {type(exc).__name__}: {exc}"[:200]
+                return Ceiling(backend, clients, unavailable=reason)
+            if variant not in best or rate.per_s > best[variant].per_s:
+                best[variant] = rate
+        place = Place(backend, env, f"ceil_{stem}_{rep}")
         mine = await docket_trial(
             place, "chain_10", runs, clients, max(4, runs // 5), footprint=False
         )
@@ -375,9 +227,9 @@ async def paired(
             return Ceiling(backend, clients, unavailable=f"docket GATED: {mine.gated}")
         docket_best = max(docket_best, mine.transitions_per_s)
         if used:
-            place = Place(backend, env, f"ceilp_{backend}_{clients}_{rep}")
+            place = Place(backend, env, f"ceilp_{stem}_{rep}")
             try:
-                rate, problem = await processes_trial(
+                rate_, problem = await processes_trial(
                     place, runs, clients, workers, max(4, runs // 5)
                 )
             except Exception as exc:  # a worker that would not start, a timeout
@@ -385,24 +237,44 @@ async def paired(
                 return Ceiling(backend, clients, unavailable=f"docket processes: {reason}")
             if problem is not None:
                 return Ceiling(backend, clients, unavailable=f"docket processes GATED: {problem}")
-            processes_best = max(processes_best, rate)
-    return attrs.evolve(
-        best, docket_per_s=docket_best, workers=used, docket_processes_per_s=processes_best
+            processes_best = max(processes_best, rate_)
+    return Ceiling(
+        backend,
+        clients,
+        tuple(best.values()),
+        docket_per_s=docket_best,
+        workers=used,
+        docket_processes_per_s=processes_best,
     )
 
 
-async def measure(env: Env, backend: str, clients: int, duration: float) -> Ceiling:
-    missing = env.missing(backend)
-    if missing is not None:
-        return Ceiling(backend, clients, unavailable=missing)
-    try:
-        if backend == "sqlite":
-            path = str(env.directory / f"ceiling_{clients}.db")
-            count, seconds = await asyncio.to_thread(_sqlite, path, clients, duration)
-        elif backend == "postgres":
-            count, seconds = await _postgres(env.postgres_conninfo(), clients, duration)
-        else:
-            count, seconds = await _redis(env.redis_url(), clients, duration)
-    except Exception as exc:
-        return Ceiling(backend, clients, unavailable=f"{type(exc).__name__}: {exc}"[:160])
-    return Ceiling(backend, clients, count, seconds)
+def _kind(backend: str) -> str:
+    return "postgres" if backend.startswith("postgres") else backend
+
+
+async def measure(
+    env: Env,
+    backend: str,
+    clients: int,
+    connections: int,
+    batch: int,
+    duration: float,
+    variant: str,
+) -> RawRate:
+    """One raw variant at ``clients`` in flight (see ``bench/raw.py``)."""
+    kind = _kind(backend)
+    if kind == "sqlite":
+        path = str(env.directory / f"ceiling_{clients}.db")
+        if variant == ONE_PER_TXN:
+            return await asyncio.to_thread(rawmod.sqlite_threads, path, clients, duration)
+        return await asyncio.to_thread(rawmod.sqlite_single, path, clients, batch, duration)
+    if kind == "postgres":
+        conninfo = env.postgres_conninfo(backend)
+        if variant == ONE_PER_TXN:
+            return await rawmod.postgres_asyncio(conninfo, clients, duration)
+        server = env.pg_server(backend)
+        return await rawmod.postgres_pgbench(server, conninfo, connections, batch, duration)
+    url = env.redis_url()
+    if variant == ONE_PER_TXN:
+        return await rawmod.redis_asyncio(url, clients, duration)
+    return await rawmod.redis_pipelined(url, connections, batch, duration)

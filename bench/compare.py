@@ -1,6 +1,7 @@
-"""docket vs LangGraph, and docket vs its databases: the whole benchmark in one command.
+"""docket vs LangGraph and DBOS, and docket vs its databases: the whole benchmark in one
+command.
 
-    python bench/compare.py --quick     # about three minutes on a 2-core machine
+    python bench/compare.py --quick     # about five minutes on a 2-core machine
     python bench/compare.py             # full run
     python bench/compare.py --sections durable --backends sqlite --shapes chain_10
 
@@ -9,24 +10,35 @@ Sections (``--sections``; all by default), on the same machine and the same serv
 - ``inmemory``: docket's inline runner vs LangGraph without a checkpointer and with
   ``InMemorySaver`` (``bench/inline.py``): median time per run over interleaved batches;
 - ``durable``: each shape, ``--runs`` runs at each ``--inflight`` level, through docket's
-  worker runtime on SQLite (WAL, ``synchronous=FULL``), PostgreSQL and Redis (AOF
-  ``everysec``), against LangGraph with ``durability="sync"`` on ``AsyncSqliteSaver``,
-  ``AsyncPostgresSaver`` and ``langgraph-checkpoint-plainredis``'s ``AsyncRedisSaver``
-  (``bench/durable.py``). Every docket trial is gated by invariant checks;
-- ``ceiling``: each database's raw rate for docket's unit of durable work at 1/8/32
-  clients, against docket with one in-process worker and with ``--ceiling-workers``
-  ``docket worker`` processes (``bench/ceiling.py``);
+  worker runtime on SQLite (WAL, ``synchronous=FULL``), PostgreSQL (durable: ``fsync``,
+  ``synchronous_commit`` and ``full_page_writes`` on) and Redis (AOF ``everysec``),
+  against LangGraph with ``durability="sync"`` on ``AsyncSqliteSaver``,
+  ``AsyncPostgresSaver`` and the third-party ``langgraph-checkpoint-plainredis``'s
+  ``AsyncRedisSaver`` (``bench/durable.py``), and against DBOS 3.x on SQLite (default
+  journal and WAL) and PostgreSQL, ``--dbos-runs`` runs per cell (``bench/dbos_peer.py``).
+  Every engine's runs are read back and checked after each trial (outside the window);
+- ``ceiling``: each database's best raw rate for docket's unit of durable work at
+  1/8/32 in flight, over client counts and batching (``bench/raw.py``), against docket
+  with one in-process worker and with ``--ceiling-workers`` ``docket worker`` processes
+  (``bench/ceiling.py``);
 - ``growth``: transitions/s and ``claim_due`` latency on a store holding
   ``--growth-runs`` finished runs and ``--growth-events`` events vs an empty one;
 - ``longchat``: cost per step of a 200-superstep run appending 1 KB a step
   (``bench/growth.py``).
 
+``--unsafe-fast-pg`` adds a second PostgreSQL server with ``fsync``,
+``synchronous_commit`` and ``full_page_writes`` off (backend ``postgres-unsafe``) to the
+durable and ceiling sections, reported in tables of their own.
+
 Prints Markdown tables and the lines ``ratio <shape> <backend> <inflight>
-docket/langgraph=<x>`` (time ratio for ``inline``: below 1 means docket is faster;
-throughput ratio for the databases: above 1 means docket is faster), ``ceiling <backend>
-<inflight> docket/raw=<x>``, ``growth <backend> large/empty=<x>`` and ``longchat
+docket/<peer>=<x>`` for the peers ``langgraph``, ``dbos`` and ``dbos-wal`` (time ratio
+for ``inline``: below 1 means docket is faster; throughput ratio for the databases: above
+1 means docket is faster), ``ceiling <backend> <inflight> docket/best_raw=<x> (best raw
+<rate>/s: <variant>)``, ``ceiling <backend> <inflight> docket/one_per_txn=<x>``,
+``ceiling <backend> max raw=...``, ``growth <backend> large/empty=<x>`` and ``longchat
 <backend> step200/step10=<x>``, and writes ``results.json``, ``results.md`` and PNG
-charts to ``--out`` (``bench/results/``). Exits 1 if a docket trial is GATED.
+charts to ``--out`` (``bench/results/``). Exits 1 if any engine's trial is GATED (its
+read-back found a run that is not what the shape should have stored).
 """
 
 from __future__ import annotations
@@ -47,9 +59,11 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import ceiling, durable, growth, inline
-from bench.report import Report
+from bench.cells import run_cell
+from bench.dbos_peer import engines as dbos_engines
+from bench.report import UNSAFE_NOTE, Report
 from bench.shapes import SHAPES
-from bench.stores import Env, Place, servers
+from bench.stores import UNSAFE_PG, Env, Place, servers
 
 BACKENDS = ("sqlite", "postgres", "redis")
 SECTIONS = ("inmemory", "durable", "ceiling", "growth", "longchat")
@@ -68,6 +82,7 @@ def _versions(env: Env) -> dict[str, Any]:
         "langgraph-checkpoint-sqlite",
         "langgraph-checkpoint-postgres",
         "langgraph-checkpoint-plainredis",
+        "dbos",
     ):
         try:
             found[dist] = importlib.metadata.version(dist)
@@ -89,10 +104,13 @@ def _cpu() -> str:
 
 
 async def _server_versions(env: Env, meta: dict[str, Any]) -> None:
-    if env.missing("postgres") is None:
+    for backend in ("postgres", UNSAFE_PG):
+        if env.missing(backend) is not None:
+            continue
         import psycopg
 
-        async with await psycopg.AsyncConnection.connect(env.postgres_conninfo()) as conn:
+        conninfo = env.postgres_conninfo(backend)
+        async with await psycopg.AsyncConnection.connect(conninfo) as conn:
             cur = await conn.execute(b"SHOW server_version")
             row = await cur.fetchone()
             meta["postgres"] = row[0] if row else None
@@ -101,7 +119,7 @@ async def _server_versions(env: Env, meta: dict[str, Any]) -> None:
                 cur = await conn.execute(f"SHOW {name}".encode())
                 row = await cur.fetchone()
                 settings[name] = row[0] if row else None
-            meta["postgres_settings"] = settings
+            meta[f"{backend}_settings"] = settings
     if env.missing("redis") is None:
         import redis.asyncio as aioredis
 
@@ -121,7 +139,9 @@ def _say(text: str) -> None:
 
 
 async def run_all(args: argparse.Namespace, report: Report) -> None:
-    with servers(tuple(args.backends)) as env:
+    # The unsafe server joins the durable and ceiling sections only.
+    unsafe = [UNSAFE_PG] if args.unsafe_fast_pg else []
+    with servers(tuple(args.backends + unsafe)) as env:
         report.meta.update(_versions(env))
         await _server_versions(env, report.meta)
         _say(f"machine: {report.meta}")
@@ -139,25 +159,30 @@ async def run_all(args: argparse.Namespace, report: Report) -> None:
             began = time.perf_counter()
             _say(
                 f"\n### Durable: {args.runs} runs per cell (+{args.warmup} warm-up), "
-                f"best of {args.durable_rounds} rounds, in flight {args.inflight}\n"
+                f"best of {args.durable_rounds} rounds, in flight {args.inflight}; DBOS "
+                f"{args.dbos_runs} runs per cell\n"
             )
-            for backend in args.backends:
+            for backend in args.backends + unsafe:
                 missing = env.missing(backend)
                 for shape in args.shapes:
                     for inflight in args.inflight:
                         if missing is not None:
+                            kind = Place(backend, env, "x").kind
+                            names = ["docket", "langgraph"]
+                            names += list(dbos_engines(kind)) if args.dbos_runs else []
                             cell = [
                                 durable.Result(backend, e, shape, inflight, unavailable=missing)
-                                for e in ("docket", "langgraph")
+                                for e in names
                             ]
                         else:
-                            cell = await durable.run_cell(
+                            cell = await run_cell(
                                 _placer(backend, env),
                                 shape,
                                 inflight,
                                 args.runs,
                                 args.warmup,
                                 args.durable_rounds,
+                                args.dbos_runs,
                             )
                         report.durable.extend(cell)
                         for r in cell:
@@ -165,24 +190,34 @@ async def run_all(args: argparse.Namespace, report: Report) -> None:
                             _say(f"  {backend} {r.engine} {shape} {inflight}: {state}")
             _say(f"({time.perf_counter() - began:.0f} s)\n")
             _say(report.durable_table())
+            if unsafe:
+                _say(f"\n### Durable, unsafe PostgreSQL\n\n{UNSAFE_NOTE}\n")
+                _say(report.durable_table(unsafe=True))
 
         if "ceiling" in args.sections:
             began = time.perf_counter()
-            for backend in args.backends:
+            for backend in args.backends + unsafe:
                 for clients in args.inflight:
-                    report.ceilings.append(
-                        await ceiling.paired(
-                            env,
-                            backend,
-                            clients,
-                            args.ceiling_seconds,
-                            args.ceiling_runs,
-                            args.ceiling_repeats,
-                            args.ceiling_workers,
-                        )
+                    found = await ceiling.paired(
+                        env,
+                        backend,
+                        clients,
+                        args.ceiling_seconds,
+                        args.ceiling_runs,
+                        args.ceiling_repeats,
+                        args.ceiling_workers,
                     )
+                    report.ceilings.append(found)
+                    best = found.best
+                    state = found.unavailable or (
+                        f"best raw {found.per_s:.0f}/s ({best.variant if best else 'n/a'}), "
+                        f"docket {found.best_docket_per_s:.0f}/s"
+                    )
+                    _say(f"  {backend} {clients}: {state}")
             _say(f"\n### Write ceiling ({time.perf_counter() - began:.0f} s)\n")
             _say(report.ceiling_table())
+            _say("\n### Raw variants (best trial of each)\n")
+            _say(report.raw_table())
 
         if "growth" in args.sections:
             began = time.perf_counter()
@@ -215,7 +250,7 @@ async def run_all(args: argparse.Namespace, report: Report) -> None:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     add = parser.add_argument
-    add("--quick", action="store_true", help="smaller everything: about three minutes")
+    add("--quick", action="store_true", help="smaller everything: about five minutes")
     add("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     add("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     add("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
@@ -228,12 +263,28 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="rounds per durable cell, engines alternating; each engine's best is kept (2; "
         "quick 1)",
     )
+    add(
+        "--dbos-runs",
+        type=int,
+        help="measured DBOS runs per durable cell, 0 to leave DBOS out (100; quick 20)",
+    )
+    add(
+        "--unsafe-fast-pg",
+        action="store_true",
+        help="also measure the durable and ceiling sections on a PostgreSQL server with "
+        "fsync, synchronous_commit and full_page_writes off (separate tables)",
+    )
     add("--batches", type=int, help="in-memory batches (15; quick 7)")
     add("--batch-size", type=int, help="in-memory runs per batch (40; quick 20)")
     add("--inline-warmup", type=int, help="in-memory warm-up runs (30; quick 10)")
-    add("--ceiling-seconds", type=float, help="seconds per ceiling level (4; quick 1)")
+    add(
+        "--ceiling-seconds",
+        type=float,
+        help="seconds per raw variant at each ceiling level (whole seconds for pgbench) "
+        "(2; quick 1)",
+    )
     add("--ceiling-runs", type=int, help="docket chain_10 runs per ceiling level (400; quick 30)")
-    add("--ceiling-repeats", type=int, help="raw/docket pairs per level (3; quick 2)")
+    add("--ceiling-repeats", type=int, help="raw/docket rounds per level (3; quick 1)")
     add(
         "--ceiling-workers",
         type=int,
@@ -253,12 +304,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "runs": (300, 40),
         "warmup": (30, 5),
         "durable_rounds": (2, 1),
+        "dbos_runs": (100, 20),
         "batches": (15, 7),
         "batch_size": (40, 20),
         "inline_warmup": (30, 10),
-        "ceiling_seconds": (4.0, 1.0),
+        "ceiling_seconds": (2.0, 1.0),
         "ceiling_runs": (400, 30),
-        "ceiling_repeats": (3, 2),
+        "ceiling_repeats": (3, 1),
         "growth_runs": (100_000, 10_000),
         "growth_events": (1_000_000, 100_000),
         "growth_trial_runs": (400, 80),

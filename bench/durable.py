@@ -1,17 +1,21 @@
-"""Durable trials: N runs of one shape at a fixed number in flight, on one backend.
+"""Durable trials of docket and LangGraph: N runs of one shape at a fixed number in
+flight, on one backend (DBOS's are in ``bench/dbos_peer.py``, a cell of all engines in
+``bench/cells.py``).
 
 - docket: ``inflight`` client tasks call ``Docket.start_run``; one in-process
   ``Docket.worker(concurrency=inflight)`` claims and executes the runs. A run is complete
   when its terminal commit is durable (seen by a commit observer; ``await_run`` is the
-  fallback). Afterwards every run is read back from the database and checked: terminal
-  (``done``), unclaimed, not poisoned, events numbered 1..``event_seq`` without gaps, and
-  the checkpoints the observer saw numbered without gaps up to ``checkpoint_seq``. A trial
-  that fails reports GATED instead of numbers.
+  fallback). Afterwards every run is read back from the database and checked
+  (:func:`check_invariants`): terminal (``done``), unclaimed, not poisoned, events
+  numbered 1..``event_seq`` without gaps, exactly the shape's checkpoints, and every one
+  of the worker's commits seen by the observer. A trial that fails reports GATED.
 - LangGraph: the same shape, ``ainvoke(..., durability="sync")`` from ``inflight`` tasks
-  with a new thread per run.
+  with a new thread per run; afterwards every thread's checkpoints and writes are read
+  back through the saver (:func:`check_langgraph`).
 
 Both report the storage the measured runs added (bytes and rows/keys per run), taken as
-the difference of two :meth:`Place.footprint` readings around the measured runs.
+the difference of two :meth:`Place.footprint` readings around the measured runs. The
+read-backs happen after the second reading, outside the measured window.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 import attrs
 
-from bench.shapes import NODES, SUPERSTEPS, docket_graph, langgraph_app
+from bench.shapes import DOCKET_CHECKPOINTS, LAYERS, NODES, SUPERSTEPS, docket_graph, langgraph_app
 from bench.stores import Footprint, Place
 from docket import Docket
 from docket.records import RunStatus
@@ -180,7 +184,7 @@ async def docket_trial(
             with settled_heap():
                 seconds, latencies = await drive(runs, inflight, one)
         after = await place.footprint() if footprint else Footprint(0, 0)
-        problem, transitions = await check_invariants(docket, ids, runs, seen)
+        problem, transitions = await check_invariants(docket, ids, runs, shape, seen)
     if problem is not None:
         return attrs.evolve(cell, gated=problem)
     size, rows = _per_run(before, after, runs)
@@ -196,11 +200,18 @@ async def docket_trial(
 
 
 async def check_invariants(
-    docket: Docket, ids: list[str], runs: int, seen: dict[str, list[int]]
+    docket: Docket, ids: list[str], runs: int, shape: str, seen: dict[str, list[int]] | None
 ) -> tuple[str | None, float]:
-    """The first broken invariant (or None) and the mean checkpoints per run."""
-    if len(set(ids)) != runs:
+    """The first broken invariant (or None) and the mean checkpoints per run.
+
+    Every run must be ``done``, unclaimed, not poisoned, with events numbered 1..event_seq
+    and exactly the shape's checkpoints (:data:`DOCKET_CHECKPOINTS`). ``seen`` holds the
+    checkpoint numbers this process's commit observer saw per run: each run's worker
+    commits (2..final; the start's checkpoint 1 may or may not pass an observer) must all
+    have been seen, once each. ``None`` when the commits happened in other processes."""
+    if len(set(ids)) != runs or runs == 0:
         return f"{len(set(ids))} of {runs} runs completed", 0.0
+    expected = DOCKET_CHECKPOINTS[shape]
     checkpoints = 0
     for run_id in ids:
         info = await docket.inspect_run(run_id)
@@ -212,12 +223,17 @@ async def check_invariants(
         if info.poisoned_at is not None:
             return f"run {run_id} poisoned", 0.0
         seqs = [event.seq for event in await docket.history(run_id)]
-        if seqs != list(range(1, run.event_seq + 1)):
+        if not seqs or seqs != list(range(1, run.event_seq + 1)):
             return f"run {run_id}: events not contiguous 1..{run.event_seq}", 0.0
-        # The initial checkpoint is written by start_run, the rest by the worker's commits.
-        observed = sorted(seen.get(run_id, []))
-        if observed and observed != list(range(observed[0], run.checkpoint_seq + 1)):
-            return f"run {run_id}: checkpoints {observed} not gap-free", 0.0
+        if run.checkpoint_seq != expected:
+            return f"run {run_id}: checkpoint_seq {run.checkpoint_seq}, expected {expected}", 0.0
+        if seen is not None:
+            observed = sorted(seen.get(run_id, []))
+            if not observed:
+                return f"run {run_id}: no commit observed", 0.0
+            first = 1 if observed[0] == 1 else 2
+            if observed != list(range(first, expected + 1)):
+                return f"run {run_id}: observed checkpoints {observed}, expected ..{expected}", 0.0
         checkpoints += run.checkpoint_seq
     return None, checkpoints / runs
 
@@ -244,64 +260,55 @@ async def langgraph_trial(
             with settled_heap():
                 seconds, latencies = await drive(runs, inflight, one)
             after = await place.footprint()
-            # LangGraph writes one checkpoint per superstep plus the input one.
-            history = [
-                s async for s in app.aget_state_history({"configurable": {"thread_id": "t0"}})
-            ]
+            problem = await check_langgraph(checkpointer, shape, runs)
     except Exception as exc:
         return attrs.evolve(cell, unavailable=f"{type(exc).__name__}: {exc}"[:160])
+    if problem is not None:
+        return attrs.evolve(cell, gated=problem)
     size, rows = _per_run(before, after, runs)
     return attrs.evolve(
         cell,
         runs=runs,
         seconds=seconds,
         latencies=latencies,
-        transitions_per_run=float(len(history)),
+        transitions_per_run=float(len(LAYERS[shape]) + 2),
         bytes_per_run=size,
         rows_per_run=rows,
     )
 
 
-async def run_cell(
-    place_of: Callable[[str], Place],
-    shape: str,
-    inflight: int,
-    runs: int,
-    warmup: int,
-    rounds: int = 1,
-) -> list[Result]:
-    """docket then LangGraph, each in a fresh place named for the cell, ``rounds`` times;
-    each engine's best round is kept (a shared machine only ever slows a trial down, and
-    alternating the engines gives both the same chances). A docket round that fails its
-    invariant checks makes the cell GATED."""
-    backend = place_of("x").backend
-    trial = f"{backend}_{shape}_{inflight}"
-    best: dict[str, Result] = {}
-    for round_ in range(rounds):
-        suffix = f"_{round_}" if round_ else ""
-        try:
-            mine = await docket_trial(place_of(f"d_{trial}{suffix}"), shape, runs, inflight, warmup)
-        except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"[:160]
-            mine = Result(backend, "docket", shape, inflight, gated=reason)
-        theirs = await langgraph_trial(
-            place_of(f"lg_{trial}{suffix}"), shape, runs, inflight, warmup
-        )
-        for result in (mine, theirs):
-            kept = best.get(result.engine)
-            if kept is None or _better(result, kept):
-                best[result.engine] = result
-    return [best["docket"], best["langgraph"]]
+async def check_langgraph(checkpointer: Any, shape: str, runs: int) -> str | None:
+    """The first thread of the measured runs whose stored record is not a finished run of
+    ``shape`` (or None), read back through the saver after the measured window.
 
-
-def _better(new: Result, kept: Result) -> bool:
-    """Whether ``new`` replaces ``kept`` as an engine's reported round."""
-    if kept.gated is not None:
-        return False  # one failed invariant check gates the cell
-    if new.gated is not None:
-        return True
-    if new.unavailable is not None:
-        return False
-    if kept.unavailable is not None:
-        return True
-    return new.runs_per_s > kept.runs_per_s
+    A thread must hold exactly one checkpoint per step, numbered -1 (the input) .. the
+    number of layers, the last one holding the final value and no pending writes; every
+    earlier checkpoint the writes of every task it scheduled (the input's one task, then
+    each layer's nodes: a task that returns nothing still records ``__no_writes__``), and
+    the input checkpoint its ``value`` and one branch per first-layer node."""
+    layers = LAYERS[shape]
+    tasks = (1, *layers)
+    for i in range(runs):
+        thread = f"t{i}"
+        found = [t async for t in checkpointer.alist({"configurable": {"thread_id": thread}})]
+        found.sort(key=lambda t: t.metadata.get("step", -2))
+        steps = [t.metadata.get("step") for t in found]
+        if steps != list(range(-1, len(layers) + 1)):
+            return f"langgraph thread {thread}: checkpoint steps {steps}"
+        last = found[-1]
+        if last.pending_writes or last.checkpoint["channel_values"].get("value") != 1:
+            return f"langgraph thread {thread}: final checkpoint not finished"
+        for tup, want in zip(found, tasks, strict=False):
+            writes = tup.pending_writes or []
+            if len({w[0] for w in writes}) != want:
+                step = tup.metadata.get("step")
+                got = len({w[0] for w in writes})
+                return (
+                    f"langgraph thread {thread}: step {step} has writes of {got} tasks, not {want}"
+                )
+        first = found[0].pending_writes or []
+        if len(first) != 1 + layers[0] or sum(len(t.pending_writes or []) for t in found) != (
+            1 + layers[0] + sum(layers)
+        ):
+            return f"langgraph thread {thread}: unexpected writes"
+    return None

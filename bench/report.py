@@ -13,6 +13,15 @@ from bench.ceiling import Ceiling
 from bench.durable import Result
 from bench.growth import Growth, LongChat
 from bench.inline import CONTENDERS
+from bench.stores import UNSAFE_PG
+
+# Every durable engine, in table order; the peers docket's ratio lines are taken against.
+ENGINES = ("docket", "langgraph", "dbos", "dbos-wal")
+PEERS = ENGINES[1:]
+UNSAFE_NOTE = (
+    "**Not durable:** PostgreSQL with `fsync`, `synchronous_commit` and `full_page_writes` "
+    "off (`--unsafe-fast-pg`); for comparison with earlier runs only."
+)
 
 
 @attrs.define
@@ -36,13 +45,17 @@ class Report:
             rows.append(f"| {shape} | {cells} | {ratio} |")
         return "\n".join(rows)
 
-    def durable_table(self) -> str:
+    def durable_table(self, unsafe: bool = False) -> str:
+        """The durable cells; ``unsafe``: only the ``postgres-unsafe`` ones (a table of
+        their own), else all the others."""
         rows = [
             "| backend | engine | shape | in flight | runs/s | steps/s | p50 ms | p95 ms "
             "| p99 ms | bytes/run | rows/run |",
             "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
         ]
         for r in self.durable:
+            if (r.backend == UNSAFE_PG) != unsafe:
+                continue
             head = f"| {r.backend} | {r.engine} | {r.shape} | {r.inflight} |"
             if r.unavailable is not None:
                 rows.append(f"{head} unavailable: {r.unavailable} |||||||")
@@ -59,16 +72,16 @@ class Report:
 
     def ceiling_table(self) -> str:
         rows = [
-            "| backend | clients | raw transitions/s | docket, 1 in-process worker | "
-            "docket, worker processes | docket/raw (best) |",
-            "|---|--:|--:|--:|--:|--:|",
+            "| backend | in flight | ceiling units/s | set by | one_per_txn units/s | "
+            "docket, 1 in-process worker | docket, worker processes | docket/best_raw | "
+            "docket/one_per_txn |",
+            "|---|--:|--:|---|--:|--:|--:|--:|--:|",
         ]
         for c in self.ceilings:
             if c.unavailable is not None:
-                rows.append(f"| {c.backend} | {c.clients} | unavailable: {c.unavailable} ||||")
+                rows.append(f"| {c.backend} | {c.clients} | unavailable: {c.unavailable} |||||||")
                 continue
-            mine = c.best_docket_per_s
-            ratio = f"{c.ratio:.3f}" if mine and c.per_s else "n/a"
+            best, old = c.best, c.one_per_txn
             single = f"{c.docket_per_s:.0f}" if c.docket_per_s else "n/a"
             procs = (
                 f"{c.docket_processes_per_s:.0f} ({c.workers} proc.)"
@@ -76,8 +89,25 @@ class Report:
                 else "n/a"
             )
             rows.append(
-                f"| {c.backend} | {c.clients} | {c.per_s:.0f} | {single} | {procs} | {ratio} |"
+                f"| {c.backend} | {c.clients} | {c.per_s:.0f} | "
+                f"{best.variant if best else 'n/a'} | "
+                f"{old.per_s if old else 0:.0f} | {single} | {procs} | {c.ratio:.3f} | "
+                f"{c.one_per_txn_ratio:.3f} |"
             )
+        return "\n".join(rows)
+
+    def raw_table(self) -> str:
+        """Every raw variant's best trial: what the ceiling was the maximum of."""
+        rows = [
+            "| backend | in flight | variant | connections | units per commit | units/s |",
+            "|---|--:|---|--:|--:|--:|",
+        ]
+        for c in self.ceilings:
+            for r in sorted(c.raw, key=lambda r: -r.per_s):
+                rows.append(
+                    f"| {c.backend} | {c.clients} | {r.variant} | {r.connections} | "
+                    f"{r.batch} | {r.per_s:.0f} |"
+                )
         return "\n".join(rows)
 
     def growth_table(self) -> str:
@@ -117,8 +147,11 @@ class Report:
             parts += ["### In memory (median time per run)", self.inline_table()]
         if self.durable:
             parts += ["### Durable", self.durable_table()]
+            if any(r.backend == UNSAFE_PG for r in self.durable):
+                parts += ["### Durable, unsafe PostgreSQL", UNSAFE_NOTE, self.durable_table(True)]
         if self.ceilings:
             parts += ["### Write ceiling", self.ceiling_table()]
+            parts += ["### Raw variants (best trial of each)", self.raw_table()]
         if self.growth:
             parts += ["### Growth", self.growth_table()]
         if self.long_chat:
@@ -135,18 +168,32 @@ class Report:
         for mine in self.durable:
             if mine.engine != "docket" or not mine.ok:
                 continue
-            for other in self.durable:
-                key = (other.backend, other.shape, other.inflight)
-                same = key == (mine.backend, mine.shape, mine.inflight)
-                if other.engine == "langgraph" and other.ok and same:
-                    ratio = mine.runs_per_s / other.runs_per_s
-                    yield (
-                        f"ratio {mine.shape} {mine.backend} {mine.inflight} "
-                        f"docket/langgraph={ratio:.3f}"
-                    )
+            for peer in PEERS:
+                for other in self.durable:
+                    key = (other.backend, other.shape, other.inflight)
+                    if other.engine != peer or key != (mine.backend, mine.shape, mine.inflight):
+                        continue
+                    head = f"ratio {mine.shape} {mine.backend} {mine.inflight} docket/{peer}="
+                    if other.ok:
+                        yield f"{head}{mine.runs_per_s / other.runs_per_s:.3f}"
+                    else:  # say why there is no number (DBOS on Redis, a GATED peer)
+                        why = other.unavailable or f"GATED: {other.gated}"
+                        yield f"{head}n/a ({why})"
+        tops: dict[str, tuple[float, str]] = {}
         for c in self.ceilings:
-            if c.unavailable is None and c.per_s and c.best_docket_per_s:
-                yield f"ceiling {c.backend} {c.clients} docket/raw={c.ratio:.3f}"
+            best = c.best
+            if c.unavailable is not None or best is None or not c.best_docket_per_s:
+                continue
+            yield (
+                f"ceiling {c.backend} {c.clients} docket/best_raw={c.ratio:.3f} "
+                f"(best raw {c.per_s:.0f}/s: {best.variant})"
+            )
+            yield f"ceiling {c.backend} {c.clients} docket/one_per_txn={c.one_per_txn_ratio:.3f}"
+            top = tops.get(c.backend)
+            if top is None or best.per_s > top[0]:
+                tops[c.backend] = (best.per_s, f"{c.clients} in flight, {best.variant}")
+        for backend, (rate, what) in tops.items():
+            yield f"ceiling {backend} max raw={rate:.0f}/s ({what})"
         stores = {(g.backend, g.store): g for g in self.growth if g.unavailable is None}
         for (backend, store), large in stores.items():
             empty = stores.get((backend, "empty"))
@@ -220,19 +267,20 @@ class Report:
                     key=lambda c: (c[0], c[1]),
                 )
                 labels = [f"{s}\n{n}" for s, n in cells]
-                for k, engine in enumerate(("docket", "langgraph")):
+                width = 0.8 / len(ENGINES)
+                for k, engine in enumerate(ENGINES):
                     found = {
                         (r.shape, r.inflight): r.runs_per_s
                         for r in self.durable
                         if r.backend == backend and r.engine == engine and r.ok
                     }
                     ax.bar(
-                        [i + k * 0.4 for i in range(len(cells))],
+                        [i + k * width for i in range(len(cells))],
                         [found.get(c, 0.0) for c in cells],
-                        0.4,
+                        width,
                         label=engine,
                     )
-                ax.set_xticks([i + 0.2 for i in range(len(cells))], labels, fontsize=6)
+                ax.set_xticks([i + 0.3 for i in range(len(cells))], labels, fontsize=6)
                 ax.set_title(f"durable, {backend}")
                 ax.set_ylabel("runs/s (higher is better)")
                 ax.legend(fontsize=8)
@@ -242,7 +290,7 @@ class Report:
             fig, ax = plt.subplots(figsize=(7, 3.5))
             keys = [(c.backend, c.clients) for c in self.ceilings]
             xs = range(len(keys))
-            ax.bar([x - 0.27 for x in xs], [c.per_s for c in self.ceilings], 0.27, label="raw")
+            ax.bar([x - 0.27 for x in xs], [c.per_s for c in self.ceilings], 0.27, label="best raw")
             ax.bar(
                 list(xs),
                 [c.docket_per_s for c in self.ceilings],

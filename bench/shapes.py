@@ -18,8 +18,7 @@ works without it.
 
 from __future__ import annotations
 
-import operator
-from typing import Annotated, Any, TypedDict
+from typing import Any, TypedDict
 
 from docket import FINISH, START, GraphBuilder, NodeRegistry
 from docket.graph.guards import equals, not_
@@ -32,6 +31,10 @@ from docket.values import JSONDict
 SHAPES = ("single_node", "chain_10", "fanout_8")
 # Node layers executed per run: the superstep count used for supersteps/s on both sides.
 SUPERSTEPS = {"single_node": 1, "chain_10": 10, "fanout_8": 1}
+# The nodes of each layer, in order: what every engine's record of a run is checked against.
+LAYERS = {"single_node": (1,), "chain_10": (1,) * 10, "fanout_8": (8,)}
+# docket: a finished run's ``checkpoint_seq`` (the start, one per superstep, the finish).
+DOCKET_CHECKPOINTS = {shape: len(layers) + 2 for shape, layers in LAYERS.items()}
 MESSAGE = "m" * 1024
 
 NODES = NodeRegistry()
@@ -93,7 +96,6 @@ def long_chat_graph(turns: int) -> Graph:
 
 class LGState(TypedDict, total=False):
     value: int
-    out: Annotated[list[str], operator.add]
 
 
 async def _lg_noop_async(state: LGState) -> dict[str, Any]:

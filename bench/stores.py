@@ -2,7 +2,12 @@
 
 One :class:`Env` per benchmark run: a temporary directory for SQLite files, a throwaway
 PostgreSQL (``docket_postgres.testing``) and a throwaway Redis with AOF ``everysec``
-(``docket_redis.testing``). Both engines use the same servers.
+(``docket_redis.testing``). Every engine uses the same servers.
+
+The PostgreSQL server is durable: ``fsync``, ``synchronous_commit`` and
+``full_page_writes`` on (PostgreSQL's defaults; the test helper turns them off for speed).
+With ``unsafe_fast_pg`` a second server with the test helper's settings runs beside it,
+under the backend name ``postgres-unsafe``, for a separately labelled table.
 
 :class:`Place` names one trial's storage for one engine — a SQLite file, a Postgres schema
 or a Redis key prefix — and :meth:`Place.footprint` reads back (bytes, rows or keys) from
@@ -24,14 +29,25 @@ import attrs
 SaverFactory = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 
 
+# PostgreSQL's own defaults, which the test helper's throwaway server turns off.
+DURABLE_PG = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+UNSAFE_PG = "postgres-unsafe"
+
+
 @attrs.define
 class Env:
     directory: Path
     postgres: Any = None  # ThrowawayPostgres, or the reason it is missing (str)
     redis: Any = None  # RedisServer, or the reason it is missing (str)
+    postgres_unsafe: Any = None  # the same, fsync and friends off (``--unsafe-fast-pg``)
 
     def missing(self, backend: str) -> str | None:
-        server = {"sqlite": self.directory, "postgres": self.postgres, "redis": self.redis}[backend]
+        server = {
+            "sqlite": self.directory,
+            "postgres": self.postgres,
+            UNSAFE_PG: self.postgres_unsafe,
+            "redis": self.redis,
+        }[backend]
         if server is None:
             return "server not started"
         return f"server: {server}" if isinstance(server, str) else None
@@ -39,21 +55,27 @@ class Env:
     def redis_url(self) -> str:
         return str(self.redis.url)
 
-    def postgres_conninfo(self) -> str:
-        return str(self.postgres.conninfo())
+    def pg_server(self, backend: str = "postgres") -> Any:
+        return self.postgres_unsafe if backend == UNSAFE_PG else self.postgres
+
+    def postgres_conninfo(self, backend: str = "postgres", database: str | None = None) -> str:
+        return str(self.pg_server(backend).conninfo(database))
 
 
 @contextlib.contextmanager
 def servers(wanted: tuple[str, ...]) -> Iterator[Env]:
     with contextlib.ExitStack() as stack:
         env = Env(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="docket-bench-"))))
-        if "postgres" in wanted:
+        for backend, settings in (("postgres", DURABLE_PG), (UNSAFE_PG, None)):
+            if backend not in wanted:
+                continue
             try:
                 from docket_postgres.testing import ThrowawayPostgres
 
-                env.postgres = stack.enter_context(ThrowawayPostgres())
+                server: Any = stack.enter_context(ThrowawayPostgres(settings=settings))
             except Exception as exc:
-                env.postgres = f"{type(exc).__name__}: {exc}"[:160]
+                server = f"{type(exc).__name__}: {exc}"[:160]
+            setattr(env, "postgres" if backend == "postgres" else "postgres_unsafe", server)
         if "redis" in wanted:
             try:
                 from docket_redis.testing import redis_server
@@ -86,11 +108,19 @@ class Place:
     def sqlite_path(self) -> Path:
         return self.env.directory / f"{self.name}.db"
 
+    @property
+    def kind(self) -> str:
+        """The database: ``sqlite``, ``postgres`` (either server) or ``redis``."""
+        return "postgres" if self.backend == UNSAFE_PG else self.backend
+
+    def postgres_conninfo(self, database: str | None = None) -> str:
+        return self.env.postgres_conninfo(self.backend, database)
+
     def docket_url(self) -> str:
-        if self.backend == "sqlite":
+        if self.kind == "sqlite":
             return f"sqlite:///{self.sqlite_path}?synchronous=FULL"
-        if self.backend == "postgres":
-            return str(self.env.postgres.url(schema=self.name))
+        if self.kind == "postgres":
+            return str(self.env.pg_server(self.backend).url(schema=self.name))
         return f"{self.env.redis_url()}?prefix={self.name}"
 
     def redis_pattern(self) -> str:
@@ -101,19 +131,33 @@ class Place:
         return f"{{{self.name}[:}}]*"
 
     async def footprint(self) -> Footprint:
-        if self.backend == "sqlite":
+        if self.kind == "sqlite":
             return await asyncio.to_thread(_sqlite_footprint, self.sqlite_path)
-        if self.backend == "postgres":
-            return await _postgres_footprint(self.env.postgres_conninfo(), self.name)
+        if self.kind == "postgres":
+            return await _postgres_footprint(self.postgres_conninfo(), self.name)
         return await _redis_footprint(self.env.redis_url(), self.redis_pattern())
+
+    async def dbos_footprint(self) -> Footprint:
+        """What DBOS keeps for this place: its SQLite file, or its own database's
+        ``dbos`` schema on the PostgreSQL server (see :meth:`dbos_url`)."""
+        if self.kind == "sqlite":
+            return await asyncio.to_thread(_sqlite_footprint, self.sqlite_path)
+        return await _postgres_footprint(self.postgres_conninfo(self.name), "dbos")
+
+    def dbos_url(self) -> str:
+        """DBOS's system database: a SQLite file, or a database of its own on the
+        PostgreSQL server (DBOS creates it on launch)."""
+        if self.kind == "sqlite":
+            return f"sqlite:///{self.sqlite_path}"
+        return self.postgres_conninfo(self.name)
 
     # -- LangGraph ------------------------------------------------------------------------
 
     def langgraph_saver(self, inflight: int) -> SaverFactory:
-        if self.backend == "sqlite":
+        if self.kind == "sqlite":
             return _sqlite_saver(self.sqlite_path)
-        if self.backend == "postgres":
-            return _postgres_saver(self.env.postgres_conninfo(), self.name, inflight)
+        if self.kind == "postgres":
+            return _postgres_saver(self.postgres_conninfo(), self.name, inflight)
         return _redis_saver(self.env.redis_url(), self.name, inflight)
 
 

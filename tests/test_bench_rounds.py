@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from bench import durable
-from bench.durable import Result, _better
+from bench import cells
+from bench.cells import _better
+from bench.durable import Result
 
 
 def _result(engine: str, seconds: float, **extra: Any) -> Result:
@@ -44,6 +45,7 @@ def test_run_cell_alternates_engines_and_reports_the_best_of_each(
 
     class Place:
         backend = "sqlite"
+        kind = "sqlite"
 
         def __init__(self, name: str) -> None:
             self.name = name
@@ -51,9 +53,9 @@ def test_run_cell_alternates_engines_and_reports_the_best_of_each(
         def __str__(self) -> str:
             return self.name
 
-    monkeypatch.setattr(durable, "docket_trial", docket_trial)
-    monkeypatch.setattr(durable, "langgraph_trial", langgraph_trial)
-    cell = asyncio.run(durable.run_cell(Place, "chain_10", 8, 100, 0, rounds=2))  # type: ignore[arg-type]  # a stand-in place
+    monkeypatch.setattr(cells, "docket_trial", docket_trial)
+    monkeypatch.setattr(cells, "langgraph_trial", langgraph_trial)
+    cell = asyncio.run(cells.run_cell(Place, "chain_10", 8, 100, 0, rounds=2))  # type: ignore[arg-type]  # a stand-in place
     assert order == [
         "docket d_sqlite_chain_10_8",
         "langgraph lg_sqlite_chain_10_8",
