@@ -5,7 +5,8 @@ An operator's retry of a failed run is a ``commit_unclaimed`` whose proposed run
 that declares ``Feature.REOPEN_FAILED`` gives the reopened run the operational state of
 any running run: due at once, claimable, listed as running, no trace of having finished.
 The commit is fenced like every signal: of two reopens of the same checkpoint exactly one
-lands. Without the feature the cases are skipped, by name.
+lands, and a worker holding a lease from before the failure can neither commit nor
+refresh. Without the feature the cases are skipped, by name.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import attrs
 import pytest
 
 from docket.contract import (
+    ClaimLost,
     Feature,
     Immediate,
     ReleaseClaim,
@@ -195,3 +197,51 @@ async def test_a_run_reopens_once_per_failure_and_may_fail_again(docket_kit: Kit
                 checkpoint_type=CheckpointType.RUN_CANCELLED,
             ),
         )
+
+
+@invariant("T-REOPEN-2")
+async def test_a_worker_from_before_the_failure_is_fenced_out_of_the_reopened_run(
+    docket_kit: Kit,
+) -> None:
+    k = docket_kit
+    _reopens(k)
+    ttl = timedelta(seconds=60)
+    run = await seed(k, TENANTLESS, events=1)
+    stale = await k.claim_one(k.t0, run.id, ttl=ttl)  # a worker that stalls past its TTL
+    taker = await k.claim_one(k.t0 + ttl + timedelta(seconds=1), run.id, ttl=ttl)
+    failed = successor(run, k.at(62), status=RunStatus.FAILED, new_events=1)
+    await commit_claimed_ok(
+        k,
+        TENANTLESS,
+        claimed(
+            failed,
+            taker.claim_token,
+            schedule=ReleaseClaim(Terminal()),
+            checkpoint_type=CheckpointType.RUN_FAILED,
+        ),
+        events_for(failed, k.at(62), [2], type=EventType.RUN_FAILED),
+    )
+    reopened = successor(failed, k.at(63), status=RunStatus.RUNNING, new_events=1, failure=None)
+    await commit_unclaimed_ok(
+        k,
+        TENANTLESS,
+        unclaimed(reopened, checkpoint_type=CheckpointType.RETRY_SCHEDULED),
+        events_for(reopened, k.at(63), [3], type=EventType.RUN_RETRIED),
+    )
+    before = await k.snapshot(TENANTLESS, run.id)
+    # the stalled worker wakes up and commits what it computed from the first checkpoint
+    late = successor(run, k.at(64), new_events=1)
+    for token in (stale.claim_token, taker.claim_token):
+        k.isa(
+            await k.b.transitions.commit_claimed(
+                TENANTLESS, claimed(late, token), events_for(late, k.at(64), [2])
+            ),
+            StaleCheckpoint,
+            "a commit under a lease from before the failure",
+        )
+        k.isa(
+            await k.b.runs.refresh_claim(TENANTLESS, run.id, token, k.at(64)),
+            ClaimLost,
+            "a refresh under a lease from before the failure",
+        )
+    await k.unchanged(TENANTLESS, run.id, before, "the reopened run")

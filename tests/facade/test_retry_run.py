@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,13 +19,13 @@ from docket.clock import ManualClock
 from docket.contract.capabilities import Capabilities, Feature
 from docket.contract.errors import TransitionResult
 from docket.contract.memory import MemoryBackend
-from docket.contract.proposals import UnclaimedProposal
+from docket.contract.proposals import ClaimPolicy, UnclaimedProposal
 from docket.graph.model import FINISH, START
 from docket.graph.nodes import NodeContext, NodeState, RetryPolicy
 from docket.graph.schema import S
 from docket.records import Event, EventType, OwnerScope, Run, RunStatus
 from docket.values import JSONDict
-from tests.runtime.helpers import T0, check_events, memory_docket
+from tests.runtime.helpers import T0, check_events, later, memory_docket
 
 NODES = NodeRegistry()
 
@@ -285,3 +286,29 @@ def test_the_sync_docket_retries_a_failed_run() -> None:
         assert sync.retry_run("r", reason="fixed").status is RunStatus.RUNNING
         with pytest.raises(errors.NotRetryable):
             sync.retry_run("r")
+
+
+def test_retry_run_also_makes_a_poisoned_run_due_again_once() -> None:
+    async def scenario() -> None:
+        app = _app()
+        _fix(app)
+        docket, backend, clock = memory_docket(
+            nodes=NODES, context=app, max_claim_attempts=1, claim_ttl=5
+        )
+        async with docket:
+            ref = await docket.save_graph(chain())
+            await docket.start_run(ref, run_id="p")
+            policy = ClaimPolicy(limit=1, orphan_ttl=timedelta(seconds=5), max_claim_attempts=1)
+            await backend.claim_due(policy)  # a worker that dies
+            later(clock, 6)
+            assert [p.run_id for p in (await docket.drain_due()).poisoned] == ["p"]
+            before = await docket.fetch_run("p")
+            again = await docket.retry_run("p", reason="restarted the workers")
+            assert again == before  # the document is untouched; only operational state
+            info = await docket.inspect_run("p")
+            assert not info.poisoned and info.wake_at is not None
+            with pytest.raises(errors.NotRetryable, match="not poisoned"):
+                await docket.retry_run("p")  # a second operator
+            assert (await _settle(docket, "p")).status is RunStatus.DONE
+
+    asyncio.run(scenario())

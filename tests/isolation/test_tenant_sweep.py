@@ -142,6 +142,10 @@ FACADE: dict[str, tuple[FacadeCall, Callable[[object], str | None]]] = {
         lambda d, w: d.retry_poisoned_run(w.run_id, tenant_id=TENANT_B),
         _not_found,
     ),
+    "retry_run": (
+        lambda d, w: d.retry_run(w.run_id, reason="b", tenant_id=TENANT_B),
+        _not_found,
+    ),
     "fetch_run": (lambda d, w: d.fetch_run(w.run_id, tenant_id=TENANT_B), _not_found),
     "inspect_run": (lambda d, w: d.inspect_run(w.run_id, tenant_id=TENANT_B), _not_found),
     "await_run": (lambda d, w: d.await_run(w.run_id, timeout=0, tenant_id=TENANT_B), _not_found),
