@@ -23,6 +23,7 @@ from tests.runtime.crash_checks import (
     log_lines,
     replayed_attempts,
     spawn_worker,
+    stop_workers,
     until,
     wait_ready,
     worker_env,
@@ -91,10 +92,7 @@ def test_three_workers_finish_200_runs_through_a_sigkill_and_a_restart(tmp_path:
         assert orphans, "the killed worker held claims"
         until(lambda: _count_done(db) == runs, 120, f"all {runs} runs done")
         elapsed = time.monotonic() - started
-        for proc in procs[1:]:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs[1:]:
-            assert proc.wait(timeout=30) == 0
+        stop_workers(procs[1:])
 
         checkpoints = check_finished_runs(docket, runs)
 
@@ -221,8 +219,7 @@ def test_runs_started_eagerly_by_a_killed_process_are_finished_by_another(
         assert _claims(db) == held  # nobody released them
         procs.append(_spawn(tmp_path, "taker"))
         until(lambda: _count_done(db) == runs, 60, f"all {runs} runs done")
-        procs[-1].send_signal(signal.SIGTERM)
-        assert procs[-1].wait(timeout=30) == 0
+        stop_workers(procs[-1:])
         checkpoints = check_finished_runs(docket, runs)
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         per_run = dict(
