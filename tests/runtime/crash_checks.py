@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import attrs
@@ -90,14 +91,33 @@ def stderr_tail(proc: subprocess.Popen[str], lines: int = 60) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def stop_workers(procs: list[subprocess.Popen[str]], timeout: float = 30.0) -> None:
-    """SIGTERM every process, then check that each exits 0 within ``timeout``.
+def stop_workers(
+    procs: list[subprocess.Popen[str]], timeout: float = 30.0, start_timeout: float = 60.0
+) -> None:
+    """SIGTERM every process once it has started, then check that each exits 0 within
+    ``timeout``.
+
+    A worker installs its SIGTERM handler only after importing docket, which takes
+    seconds on a loaded machine; until then SIGTERM ends it with the default action
+    (exit -15). So each process is signalled only once it has printed a ``docket worker``
+    line (``docket worker`` prints nothing before its handler is in place), as a
+    supervisor would see it "ready"; the crash tests' replacement worker may still be
+    importing when every run is done.
 
     A failure names the process, its exit code (or that it is still running) and the
     tail of its stderr. A process still running is first asked for its thread and
     asyncio task stacks (``worker_app`` dumps them on SIGUSR1/SIGUSR2), so the message
     shows what it was waiting on."""
+
+    def started(proc: subprocess.Popen[str]) -> bool:
+        path = _ERR_FILES.get(proc.pid)
+        return proc.poll() is not None or (path is not None and "docket worker" in path.read_text())
+
     for proc in procs:
+        try:
+            until(partial(started, proc), start_timeout, f"worker {proc.pid} to start", 0.05)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{stderr_tail(proc)}") from None
         proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + timeout
     failures: list[str] = []
@@ -115,17 +135,14 @@ def stop_workers(procs: list[subprocess.Popen[str]], timeout: float = 30.0) -> N
 
 
 def _dump_stacks(proc: subprocess.Popen[str]) -> None:
-    path = _ERR_FILES.get(proc.pid)
-    size = path.stat().st_size if path is not None and path.exists() else 0
     for signum in (signal.SIGUSR1, signal.SIGUSR2):
         with suppress(ProcessLookupError):
             proc.send_signal(signum)
+    path = _ERR_FILES.get(proc.pid)
     if path is not None:
-        # the dump is written by the process itself: wait (briefly) until it appears
+        # written by the process itself (the task dump only once its loop runs Python)
         with suppress(AssertionError):
-            until(lambda: path.stat().st_size > size, 5, "a stack dump", 0.1)
-        with suppress(AssertionError):
-            until(lambda: "end of task dump" in path.read_text(errors="replace"), 5, "tasks", 0.1)
+            until(lambda: "end of task dump" in path.read_text(errors="replace"), 10, "a dump")
 
 
 @contextmanager

@@ -230,3 +230,14 @@ def test_runs_started_eagerly_by_a_killed_process_are_finished_by_another(
     assert checkpoints == sum(seqs.values())
     # the starter's node attempts of each run were re-executed by the taker
     assert replayed_attempts(tmp_path) >= runs
+
+
+def test_a_worker_told_to_stop_as_soon_as_it_is_spawned_exits_0(tmp_path: Path) -> None:
+    """Issue 18: under load the crash tests' replacement worker was still importing when
+    all runs were done and the survivors were stopped; a process with no handler yet is
+    ended by SIGTERM (exit -15). Stopping workers waits for each to have started (its
+    start line) before it signals them, so a just-spawned worker is stopped cleanly."""
+    with worker_processes() as procs:
+        procs.append(_spawn(tmp_path, "fresh"))
+        stop_workers(procs)
+    assert "stopped: 0 leases" in (tmp_path / "fresh.err").read_text()
