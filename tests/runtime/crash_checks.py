@@ -21,8 +21,9 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import attrs
@@ -53,11 +54,15 @@ def worker_env(url: str, log_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+# each spawned worker's stderr file, by pid (for the failure messages of stop_workers)
+_ERR_FILES: dict[int, Path] = {}
+
+
 def spawn_worker(
     url: str, log_dir: Path, name: str, *, concurrency: int = 8, **extra: str
 ) -> subprocess.Popen[str]:
     """Start one ``docket worker`` process; its stderr goes to ``<log_dir>/<name>.err``."""
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -74,6 +79,70 @@ def spawn_worker(
         stderr=(log_dir / f"{name}.err").open("w"),
         text=True,
     )
+    _ERR_FILES[proc.pid] = log_dir / f"{name}.err"
+    return proc
+
+
+def stderr_tail(proc: subprocess.Popen[str], lines: int = 60) -> str:
+    """The last lines a spawned worker wrote to its stderr file."""
+    path = _ERR_FILES.get(proc.pid)
+    if path is None or not path.exists():
+        return "(no stderr file)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def stop_workers(
+    procs: list[subprocess.Popen[str]], timeout: float = 30.0, start_timeout: float = 60.0
+) -> None:
+    """SIGTERM every process once it has started, then check that each exits 0 within
+    ``timeout``.
+
+    A worker installs its SIGTERM handler only after importing docket, which takes
+    seconds on a loaded machine; until then SIGTERM ends it with the default action
+    (exit -15). So each process is signalled only once it has printed a ``docket worker``
+    line (``docket worker`` prints nothing before its handler is in place), as a
+    supervisor would see it "ready"; the crash tests' replacement worker may still be
+    importing when every run is done.
+
+    A failure names the process, its exit code (or that it is still running) and the
+    tail of its stderr. A process still running is first asked for its thread and
+    asyncio task stacks (``worker_app`` dumps them on SIGUSR1/SIGUSR2), so the message
+    shows what it was waiting on."""
+
+    def started(proc: subprocess.Popen[str]) -> bool:
+        path = _ERR_FILES.get(proc.pid)
+        return proc.poll() is not None or (path is not None and "docket worker" in path.read_text())
+
+    for proc in procs:
+        try:
+            until(partial(started, proc), start_timeout, f"worker {proc.pid} to start", 0.05)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{stderr_tail(proc)}") from None
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    failures: list[str] = []
+    for proc in procs:
+        try:
+            code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            failures.append(f"pid {proc.pid} still running {timeout:.0f} s after SIGTERM")
+            _dump_stacks(proc)
+            failures.append(stderr_tail(proc, 400))
+            continue
+        if code != 0:
+            failures.append(f"pid {proc.pid} exited {code} after SIGTERM\n{stderr_tail(proc)}")
+    assert not failures, "\n".join(failures)
+
+
+def _dump_stacks(proc: subprocess.Popen[str]) -> None:
+    for signum in (signal.SIGUSR1, signal.SIGUSR2):
+        with suppress(ProcessLookupError):
+            proc.send_signal(signum)
+    path = _ERR_FILES.get(proc.pid)
+    if path is not None:
+        # written by the process itself (the task dump only once its loop runs Python)
+        with suppress(AssertionError):
+            until(lambda: "end of task dump" in path.read_text(errors="replace"), 10, "a dump")
 
 
 @contextmanager
@@ -259,10 +328,7 @@ def sigkill_scenario(
         assert orphans, f"the killed worker held claims (candidates {sorted(held)})"
         until(lambda: len(_done_ids(docket)) == runs, timeout, f"all {runs} runs done", 0.2)
         elapsed = time.monotonic() - started
-        for proc in procs[1:]:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs[1:]:
-            assert proc.wait(timeout=30) == 0
+        stop_workers(procs[1:])
         checkpoints = check_finished_runs(docket, runs)
 
     # the runs the victim was holding were finished by others: each needed at least one

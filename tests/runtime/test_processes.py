@@ -23,6 +23,7 @@ from tests.runtime.crash_checks import (
     log_lines,
     replayed_attempts,
     spawn_worker,
+    stop_workers,
     until,
     wait_ready,
     worker_env,
@@ -91,10 +92,7 @@ def test_three_workers_finish_200_runs_through_a_sigkill_and_a_restart(tmp_path:
         assert orphans, "the killed worker held claims"
         until(lambda: _count_done(db) == runs, 120, f"all {runs} runs done")
         elapsed = time.monotonic() - started
-        for proc in procs[1:]:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs[1:]:
-            assert proc.wait(timeout=30) == 0
+        stop_workers(procs[1:])
 
         checkpoints = check_finished_runs(docket, runs)
 
@@ -221,8 +219,7 @@ def test_runs_started_eagerly_by_a_killed_process_are_finished_by_another(
         assert _claims(db) == held  # nobody released them
         procs.append(_spawn(tmp_path, "taker"))
         until(lambda: _count_done(db) == runs, 60, f"all {runs} runs done")
-        procs[-1].send_signal(signal.SIGTERM)
-        assert procs[-1].wait(timeout=30) == 0
+        stop_workers(procs[-1:])
         checkpoints = check_finished_runs(docket, runs)
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         per_run = dict(
@@ -233,3 +230,14 @@ def test_runs_started_eagerly_by_a_killed_process_are_finished_by_another(
     assert checkpoints == sum(seqs.values())
     # the starter's node attempts of each run were re-executed by the taker
     assert replayed_attempts(tmp_path) >= runs
+
+
+def test_a_worker_told_to_stop_as_soon_as_it_is_spawned_exits_0(tmp_path: Path) -> None:
+    """Issue 18: under load the crash tests' replacement worker was still importing when
+    all runs were done and the survivors were stopped; a process with no handler yet is
+    ended by SIGTERM (exit -15). Stopping workers waits for each to have started (its
+    start line) before it signals them, so a just-spawned worker is stopped cleanly."""
+    with worker_processes() as procs:
+        procs.append(_spawn(tmp_path, "fresh"))
+        stop_workers(procs)
+    assert "stopped: 0 leases" in (tmp_path / "fresh.err").read_text()

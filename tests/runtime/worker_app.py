@@ -15,12 +15,19 @@ Configured by environment variables, set by the test for each process:
   N attempts normally and then hangs in every later one, so the process ends up holding
   claims on runs in mid-flight until it is killed (a crash test's victim is then busy at
   a moment the test can wait for, however the machine schedules the workers).
+
+A worker that does not stop when told to can be asked what it waits on: SIGUSR1 dumps
+every thread's stack, SIGUSR2 every asyncio task's, to its stderr
+(``crash_checks.stop_workers`` does both before it reports the process).
 """
 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import os
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -96,7 +103,20 @@ def record_commit(checkpoint: Checkpoint, context: CommitContext) -> None:
         _log("commits", f"{os.getpid()} {checkpoint.run.id} {checkpoint.seq}")
 
 
+def _dump_tasks(_signum: int, _frame: object) -> None:
+    try:
+        tasks = asyncio.all_tasks()
+    except RuntimeError:  # no loop is running (yet, or any more)
+        tasks = set()
+    print(f"--- {len(tasks)} asyncio tasks of pid {os.getpid()}", file=sys.stderr)
+    for task in tasks:
+        task.print_stack(file=sys.stderr)
+    print("--- end of task dump", file=sys.stderr, flush=True)
+
+
 def create() -> Docket:
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    signal.signal(signal.SIGUSR2, _dump_tasks)
     return Docket(
         os.environ["DOCKET_BACKEND"],
         nodes=NODES,
