@@ -16,7 +16,13 @@ from typing import TypeAlias
 
 import attrs
 
-from docket.core.captured import ErrorInfo, durable_details, exception_message
+from docket.core.captured import (
+    MAX_MESSAGE_CHARS,
+    ErrorInfo,
+    clip_head,
+    durable_details,
+    exception_message,
+)
 from docket.graph.nodes import Failure, Interrupt, Update
 from docket.values import JSONDict
 
@@ -75,9 +81,14 @@ def format_reason(kind: str, detail: str | None = None) -> str:
 
     Kinds used by docket: ``error`` (a node's own ``Failure``), ``exception``,
     ``timeout``, ``killed``, ``exited``, ``lost``, ``invalid_node_return``,
-    ``invalid_state_update``, ``invalid_interrupt``.
+    ``invalid_state_update``, ``invalid_interrupt``. ``detail`` is cut to
+    ``MAX_MESSAGE_CHARS`` characters (see :mod:`docket.core.captured`).
     """
-    return kind if not detail else f"{kind}: {detail}"
+    if not detail:
+        return kind
+    # a reason is stored in events, parked tasks and the run's failure: bounded like a
+    # message, so a huge one cannot make the commit too large for the store
+    return f"{kind}: {clip_head(detail, MAX_MESSAGE_CHARS)}"
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -54,6 +54,11 @@ async def raises_async(state: NodeState, ctx: NodeContext) -> dict[str, Any]:
     raise KeyError("missing")
 
 
+@NODES.node("huge_message")
+def huge_message(state: NodeState, ctx: NodeContext) -> dict[str, Any]:
+    raise ValueError("m" * (2 << 20))  # past the contract's 1 MiB per event on its own
+
+
 @NODES.node("long")
 def long(state: NodeState, ctx: NodeContext) -> dict[str, Any]:
     def ping(n: int) -> None:
@@ -178,6 +183,15 @@ def test_long_messages_and_tracebacks_are_cut_to_their_documented_limits() -> No
     assert lines[1].startswith("  ")
     assert lines[-1].startswith("RuntimeError: xxx") and CUT_MARK in lines[-1]
     assert "in ping" in trace and "in pong" in trace
+
+
+def test_a_huge_message_still_fails_the_run_with_a_bounded_reason() -> None:
+    result = run_of(single("huge_message"))  # committed: every record fits the limits
+    (payload,) = node_failed(result)
+    reason = payload["reason"]
+    assert isinstance(reason, str) and reason.startswith("exception: ValueError: mmm")
+    assert len(reason) <= len("exception: ") + MAX_MESSAGE_CHARS and CUT_MARK in reason
+    assert failure_details(result.run)["errors"] == {"n": reason}
 
 
 def test_a_failure_keeps_its_details_on_every_attempt_and_on_the_run() -> None:
