@@ -1,7 +1,8 @@
 """What a worker reports about failures (issue 18, item 3), with real workers on SQLite
 files: every failed node attempt is logged (WARNING retried, ERROR permanent) with its
 run, tenant, node, task and attempt; a run poisoned by repeated hand-backs (a deploy
-renamed a node implementation) is logged, handed to ``on_poisoned`` and counted."""
+renamed a node implementation) is logged, handed to ``on_poisoned`` and counted. And the
+exception and details a failure keeps round-trip through every backend."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from docket import Docket
 from docket.contract.proposals import PoisonedClaim
 from docket.graph.builder import GraphBuilder
 from docket.graph.model import FINISH, START, Graph
-from docket.graph.nodes import NodeContext, NodeRegistry, NodeState, RetryPolicy
+from docket.graph.nodes import Failure, NodeContext, NodeRegistry, NodeState, RetryPolicy
 from docket.graph.schema import S
-from docket.records import RunStatus
+from docket.records import EventType, RunStatus
+from tests.fuzz.backends import KINDS, backend_url
 from tests.runtime.test_worker import wait_for
 
 OLD = NodeRegistry()
@@ -131,3 +133,54 @@ def test_a_run_handed_back_until_poisoned_is_logged_reported_and_counted(
     message = errors[0].getMessage()
     assert "run stuck (tenant acme)" in message and "max_claim_abandons_exceeded" in message
     assert (errors[0].run_id, errors[0].tenant_id) == ("stuck", "acme")  # type: ignore[attr-defined]
+
+
+STORED = NodeRegistry()
+
+
+@STORED.node("explode")
+def explode(state: NodeState, ctx: NodeContext) -> dict[str, str]:
+    raise UnicodeError('naïve "quotes" \\ back\tslash — ünïcödé ✓\nsecond line')
+
+
+@STORED.node("decline")
+def decline(state: NodeState, ctx: NodeContext) -> Failure:
+    return Failure("declined", retryable=False, details={"why": "ß ✓", "n": [1, 2.5, None]})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_what_went_wrong_is_stored_and_read_back_by_every_backend(kind: str) -> None:
+    graph = (
+        GraphBuilder("store_failures")
+        .field("out", S.string())
+        .node("explode", "explode")
+        .node("decline", "decline")
+        .edge("a", START, "explode")
+        .edge("b", START, "decline")
+        .edge("c", "explode", FINISH)
+        .edge("d", "decline", FINISH)
+        .build()
+    )
+
+    async def scenario() -> None:
+        async with Docket(backend_url(kind), nodes=STORED) as docket:
+            ref = await docket.save_graph(graph)
+            await docket.start_run(ref, run_id="f1")
+            await docket.drain_due()
+            run = await docket.fetch_run("f1")
+            history = await docket.history("f1")
+        assert run.status is RunStatus.FAILED and run.failure is not None
+        details = run.failure.details
+        exceptions = details["exceptions"]
+        assert isinstance(exceptions, dict) and set(exceptions) == {"explode"}
+        error = exceptions["explode"]
+        assert isinstance(error, dict)
+        assert error["type"] == "UnicodeError"
+        assert error["message"] == 'naïve "quotes" \\ back\tslash — ünïcödé ✓\nsecond line'
+        assert str(error["traceback"]).rstrip().endswith("second line")
+        assert details["details"] == {"decline": {"why": "ß ✓", "n": [1, 2.5, None]}}
+        failed = {e.node_id: e.payload for e in history if e.type is EventType.NODE_FAILED}
+        assert failed["explode"]["error"] == error
+        assert failed["decline"]["details"] == {"why": "ß ✓", "n": [1, 2.5, None]}
+
+    asyncio.run(scenario())
