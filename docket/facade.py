@@ -905,6 +905,8 @@ class Docket:
                 )
             for lease in batch.leases:
                 outcomes.append(await self._drainer.drain(lease))
+                if outcomes[-1].poisoned is not None:  # its hand-back poisoned the run
+                    poisoned.append(outcomes[-1].poisoned)
         return DrainSummary(outcomes=tuple(outcomes), poisoned=tuple(poisoned), limit_reached=True)
 
     @property

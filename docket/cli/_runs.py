@@ -25,6 +25,7 @@ from docket.cli._output import (
     one_line,
 )
 from docket.facade import Docket
+from docket.records import Failure as RunFailure
 from docket.records import (
     InterruptState,
     RunCursor,
@@ -196,8 +197,36 @@ def _runs_show(args: argparse.Namespace) -> int:
     if run.output is not None:
         print(f"output  {json.dumps(run.output, ensure_ascii=False)}")
     if run.failure is not None:
-        print(f"failure  {run.failure.code}: {run.failure.message}")
+        _print_failure(run.failure)
     return 0
+
+
+#: Traceback lines ``runs show`` prints per failed node (``--json`` has the whole record).
+SHOW_TRACEBACK_LINES = 10
+
+
+def _print_failure(failure: RunFailure) -> None:
+    """The failure's code and message, then per failed node its reason, the exception it
+    raised (type, message, the traceback's last lines) and its ``Failure`` details."""
+    print(f"failure  {failure.code}: {failure.message}")
+    details = failure.details
+    errors, raised, told = (details.get(k) for k in ("errors", "exceptions", "details"))
+    errors = errors if isinstance(errors, dict) else {}
+    raised = raised if isinstance(raised, dict) else {}
+    told = told if isinstance(told, dict) else {}
+    for node_id in sorted({*errors, *raised, *told}):
+        print(f"  node {node_id}: {errors.get(node_id, '-')}")
+        error = raised.get(node_id)
+        if isinstance(error, dict):
+            print(f"    raised {error.get('type')}: {error.get('message')}")
+            lines = str(error.get("traceback") or "").rstrip("\n").split("\n")
+            shown = lines[-SHOW_TRACEBACK_LINES:]
+            cut = len(lines) - len(shown)
+            print(f"    traceback{f' (last {len(shown)} of {len(lines)} lines)' if cut else ''}:")
+            for line in shown:
+                print(f"      {line}")
+        if node_id in told:
+            print(f"    details {json.dumps(told[node_id], ensure_ascii=False, sort_keys=True)}")
 
 
 def _runs_events(args: argparse.Namespace) -> int:

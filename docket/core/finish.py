@@ -15,6 +15,13 @@ from datetime import datetime
 import attrs
 
 from docket.contract.proposals import Terminal
+from docket.core.captured import (
+    FAILURE_DETAILS_BUDGET,
+    FAILURE_TRACEBACK_BUDGET,
+    MAX_FAILURE_NODES,
+    ErrorInfo,
+    bound_details,
+)
 from docket.core.errors import CoreError
 from docket.core.moment import Entry, Moment, Park, ParkReason, propose
 from docket.core.state import project_outputs
@@ -34,21 +41,35 @@ __all__ = [
 
 @attrs.frozen(kw_only=True)
 class AttemptFailure:
-    """One failed attempt, as reported in ``node_failed`` events."""
+    """One failed attempt, as reported in ``node_failed`` events: its reason, and what
+    went wrong when it is known (the exception raised, the ``Failure``'s details)."""
 
     node_id: str
     task_id: str
     attempt: int
     reason: str
+    error: ErrorInfo | None = None
+    details: JSONDict | None = None
 
 
 def node_failed_entry(failure: AttemptFailure, step: int, *, permanent: bool) -> Entry:
+    """``node_failed`` with ``attempt``, ``reason``, ``permanent`` and, when known,
+    ``error`` (type, message, traceback) and ``details``."""
+    payload: JSONDict = {
+        "attempt": failure.attempt,
+        "reason": failure.reason,
+        "permanent": permanent,
+    }
+    if failure.error is not None:
+        payload["error"] = failure.error.to_json()
+    if failure.details:
+        payload["details"] = failure.details
     return Entry(
         type=EventType.NODE_FAILED,
         step=step,
         node_id=failure.node_id,
         task_id=failure.task_id,
-        payload={"attempt": failure.attempt, "reason": failure.reason, "permanent": permanent},
+        payload=payload,
     )
 
 
@@ -117,16 +138,37 @@ def superstep_failure(
     then ``node_failed`` (permanent) for each permanent failure, then ``run_failed``.
     """
     nodes = sorted({f.node_id for f in permanent})
-    errors: JSONDict = {f.node_id: f.reason for f in sorted(permanent, key=lambda f: f.node_id)}
+    ordered = sorted(permanent, key=lambda f: f.node_id)
+    errors: JSONDict = {f.node_id: f.reason for f in ordered}
     label = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}"
+    details: JSONDict = {"nodes": list[JSONValue](nodes), "errors": errors}
+    details.update(_what_went_wrong(ordered))
     failure = Failure(
         code="node_failed",
         message=f"{label} failed permanently",
         node_id=nodes[0] if len(nodes) == 1 else None,
-        details={"nodes": list[JSONValue](nodes), "errors": errors},
+        details=details,
     )
     entries = [
         *(node_failed_entry(f, run.step, permanent=False) for f in retried),
         *(node_failed_entry(f, run.step, permanent=True) for f in permanent),
     ]
     return failure_moment(run, failure, now, entries)
+
+
+def _what_went_wrong(ordered: Sequence[AttemptFailure]) -> JSONDict:
+    """``exceptions`` and ``details`` (node -> value) of the permanent failures that have
+    them, each key only when not empty, so failures without either keep their documents.
+    At most ``MAX_FAILURE_NODES`` nodes, sharing the failure budgets (see captured)."""
+    raised = [f for f in ordered if f.error is not None][:MAX_FAILURE_NODES]
+    told = [f for f in ordered if f.details][:MAX_FAILURE_NODES]
+    out: JSONDict = {}
+    if raised:
+        share = FAILURE_TRACEBACK_BUDGET // len(raised)
+        out["exceptions"] = {
+            f.node_id: f.error.clipped(share).to_json() for f in raised if f.error is not None
+        }
+    if told:
+        share = FAILURE_DETAILS_BUDGET // len(told)
+        out["details"] = {f.node_id: bound_details(dict(f.details or {}), share) for f in told}
+    return out

@@ -4,7 +4,9 @@ The executor (runtime layer) runs a node and reports exactly one :data:`TaskOutc
 activation. Turning a node's return value into an outcome is pure, so it lives here
 (:func:`classify_return`); the executor only adds what it alone can know (exceptions,
 timeouts, cancellation), each phrased with :func:`format_reason`, the one rendering of a
-failure used in events, parked task failures and ``Failure.details["errors"]``.
+failure used in events, parked task failures and ``Failure.details["errors"]``. A failure
+also keeps what went wrong: the exception an attempt raised (``error``) and the details a
+node's ``Failure`` carried (``details``), both bounded (:mod:`docket.core.captured`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from typing import TypeAlias
 
 import attrs
 
+from docket.core.captured import (
+    MAX_MESSAGE_CHARS,
+    ErrorInfo,
+    clip_head,
+    durable_details,
+    exception_message,
+)
 from docket.graph.nodes import Failure, Interrupt, Update
+from docket.values import JSONDict
 
 __all__ = [
     "Completed",
@@ -49,13 +59,18 @@ class Interrupted:
 
 @attrs.frozen(kw_only=True)
 class Failed:
-    """The attempt failed. ``retryable`` failures are retried while the budget lasts."""
+    """The attempt failed. ``retryable`` failures are retried while the budget lasts.
+
+    ``error``: the exception the attempt raised; ``details``: what the node's ``Failure``
+    said beyond its reason (``None`` when it said nothing)."""
 
     task_id: str
     node_id: str
     attempt: int
     reason: str
     retryable: bool
+    error: ErrorInfo | None = None
+    details: JSONDict | None = None
 
 
 TaskOutcome: TypeAlias = Completed | Interrupted | Failed
@@ -66,14 +81,19 @@ def format_reason(kind: str, detail: str | None = None) -> str:
 
     Kinds used by docket: ``error`` (a node's own ``Failure``), ``exception``,
     ``timeout``, ``killed``, ``exited``, ``lost``, ``invalid_node_return``,
-    ``invalid_state_update``, ``invalid_interrupt``.
+    ``invalid_state_update``, ``invalid_interrupt``. ``detail`` is cut to
+    ``MAX_MESSAGE_CHARS`` characters (see :mod:`docket.core.captured`).
     """
-    return kind if not detail else f"{kind}: {detail}"
+    if not detail:
+        return kind
+    # a reason is stored in events, parked tasks and the run's failure: bounded like a
+    # message, so a huge one cannot make the commit too large for the store
+    return f"{kind}: {clip_head(detail, MAX_MESSAGE_CHARS)}"
 
 
 def describe_exception(exc: BaseException) -> str:
     """``"ValueError: bad thing"`` (the type name alone when the message is empty)."""
-    text = str(exc)
+    text = exception_message(exc)
     return type(exc).__name__ if not text else f"{type(exc).__name__}: {text}"
 
 
@@ -89,9 +109,11 @@ def classify_return(task_id: str, node_id: str, attempt: int, value: object) -> 
         return Completed(task_id=task_id, node_id=node_id, attempt=attempt, update=update)
     if isinstance(value, Interrupt):
         return Interrupted(task_id=task_id, node_id=node_id, attempt=attempt, interrupt=value)
+    details: JSONDict | None = None
     if isinstance(value, Failure):
         reason = format_reason("error", str(value.reason))
         retryable = value.retryable is not False
+        details = durable_details(value.details) if value.details else None
     else:
         reason = format_reason(
             "invalid_node_return",
@@ -99,5 +121,10 @@ def classify_return(task_id: str, node_id: str, attempt: int, value: object) -> 
         )
         retryable = False
     return Failed(
-        task_id=task_id, node_id=node_id, attempt=attempt, reason=reason, retryable=retryable
+        task_id=task_id,
+        node_id=node_id,
+        attempt=attempt,
+        reason=reason,
+        retryable=retryable,
+        details=details,
     )

@@ -78,12 +78,16 @@ def settle(
     retried: list[tuple[Activation, AttemptFailure]] = []
     permanent: list[AttemptFailure] = []
 
-    def failure(activation: Activation, reason: str) -> AttemptFailure:
+    def failure(
+        activation: Activation, reason: str, failed: Failed | None = None
+    ) -> AttemptFailure:
         return AttemptFailure(
             node_id=activation.node_id,
             task_id=activation.task_id,
             attempt=activation.attempt,
             reason=reason,
+            error=None if failed is None else failed.error,
+            details=None if failed is None else failed.details,
         )
 
     def write(activation: Activation, kind: WriteKind, value: JSONDict) -> PendingWrite:
@@ -115,9 +119,9 @@ def settle(
                     writes.append(write(activation, WriteKind.INTERRUPT, dict(request)))
             case Failed(reason=reason, retryable=retryable):
                 if retryable and activation.attempt < activation.retry.max_attempts:
-                    retried.append((activation, failure(activation, reason)))
+                    retried.append((activation, failure(activation, reason, outcome)))
                 else:
-                    permanent.append(failure(activation, reason))
+                    permanent.append(failure(activation, reason, outcome))
 
     requests = [w for w in (*run.pending_writes, *writes) if w.kind is WriteKind.INTERRUPT]
     twice = duplicate_ids([w.value for w in requests])

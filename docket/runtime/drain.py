@@ -22,6 +22,10 @@ runner's loop (``docket.testing``) with a store and a claim:
 5. nothing due yet (clock skew, a claim that raced a timer) is a *deferral*: the claim is
    abandoned with the timer as the next wake, without counting towards poisoning.
 
+Each failed node attempt settled is logged (WARNING retried, ERROR permanent; see
+:mod:`docket.runtime.failures`); a hand-back that poisons the run says so in the
+outcome (``DrainOutcome.poisoned``), for the worker to report.
+
 While the drain holds the claim a **heartbeat** refreshes it every ``claim_ttl / 3``, so a
 node that runs longer than the TTL is never taken over while its worker lives. If the
 refresh answers ``ClaimLost`` (the run was cancelled, or the claim was taken over after
@@ -57,7 +61,14 @@ from docket.contract.errors import (
     StaleCheckpoint,
     TransitionResult,
 )
-from docket.contract.proposals import AbandonPolicy, Backoff, ClaimedProposal, Lease, Terminal
+from docket.contract.proposals import (
+    AbandonPolicy,
+    Backoff,
+    ClaimedProposal,
+    Lease,
+    PoisonedClaim,
+    Terminal,
+)
 from docket.contract.protocols import Backend, ChainedCommits, ClaimedRuns, TransitionStore
 from docket.core.advance import advance
 from docket.core.errors import CoreError
@@ -78,6 +89,7 @@ from docket.core.settle import settle
 from docket.graph.compiler import RuntimeGraph
 from docket.records import Event, GraphRef, OwnerScope, Run, RunStatus, tenant_id_of
 from docket.runtime.execute import execute
+from docket.runtime.failures import log_failed_attempts, poisoned_claim
 from docket.runtime.graphs import GraphCache, GraphProblem
 from docket.runtime.lifecycle import (
     CommitContext,
@@ -110,13 +122,15 @@ OutcomeKind: TypeAlias = Literal[
 
 @attrs.frozen(kw_only=True)
 class DrainOutcome:
-    """How one drain ended, and how many moments it committed."""
+    """How one drain ended, and how many moments it committed. ``poisoned``: the run its
+    hand-back poisoned (past ``max_claim_abandons``), for the caller to report."""
 
     kind: OutcomeKind
     run_id: str
     commits: int = 0
     detail: str = ""
     yielded: bool = False
+    poisoned: PoisonedClaim | None = None
 
 
 def host_limits(settings: Settings) -> HostLimits:
@@ -356,6 +370,8 @@ class Drainer:
                         return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
                     known_now = await self._now()
                     step = settle(rtg, step, outcomes, now=known_now, ids=self._ids)
+                    if isinstance(step, Moment):
+                        log_failed_attempts(step, tenant_id_of(lease.owner))
                 match step:
                     case CoreError() | Terminated() | Wait():
                         await self._release(lease)
@@ -581,7 +597,10 @@ class Drainer:
         answer = await self._abandon(lease, policy)
         log.warning("run %s handed back: %s (%s)", lease.run_id, problem.message, _name(answer))
         return DrainOutcome(
-            kind="abandoned", run_id=lease.run_id, detail=f"{_name(answer)}: {problem.message}"
+            kind="abandoned",
+            run_id=lease.run_id,
+            detail=f"{_name(answer)}: {problem.message}",
+            poisoned=poisoned_claim(lease, answer),
         )
 
     async def _abandon_incompatible(self, lease: Lease, message: str) -> DrainOutcome:
@@ -603,7 +622,10 @@ class Drainer:
         answer = await self._abandon(lease, policy)
         log.warning("run %s handed back: %s (%s)", lease.run_id, message, _name(answer))
         return DrainOutcome(
-            kind="host_incompatible", run_id=lease.run_id, detail=f"{_name(answer)}: {message}"
+            kind="host_incompatible",
+            run_id=lease.run_id,
+            detail=f"{_name(answer)}: {message}",
+            poisoned=poisoned_claim(lease, answer),  # not expected: it does not poison
         )
 
     async def _defer(
@@ -618,7 +640,13 @@ class Drainer:
             )
 
         answer = await self._abandon(lease, policy)
-        return DrainOutcome(kind="deferred", run_id=run.id, commits=commits, detail=_name(answer))
+        return DrainOutcome(
+            kind="deferred",
+            run_id=run.id,
+            commits=commits,
+            detail=_name(answer),
+            poisoned=poisoned_claim(lease, answer),  # not expected: it does not poison
+        )
 
 
 @attrs.frozen

@@ -8,7 +8,8 @@ so a node that mutates what it was given cannot disturb its siblings or the run.
 Whatever a node does, exactly one :data:`~docket.core.outcomes.TaskOutcome` comes back per
 activation and the caller never sees the node's exception:
 
-- a raised exception (``SystemExit`` included) is a retryable failure naming it;
+- a raised exception (``SystemExit`` included) is a retryable failure naming it, and keeps
+  the exception's type, message and bounded traceback (:func:`~docket.core.captured.error_info`);
 - running past the timeout is a retryable ``timeout`` failure;
 - a node that cancels its own task is a retryable ``killed`` failure;
 - a return value that is not a dict, ``Update``, ``Interrupt`` or ``Failure`` is the
@@ -32,6 +33,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 from docket.clock import system_clock
+from docket.core.captured import error_info
 from docket.core.outcomes import (
     Failed,
     TaskOutcome,
@@ -61,13 +63,16 @@ def node_threads() -> Executor:
         return _pool
 
 
-def _failed(activation: Activation, kind: str, detail: str) -> Failed:
+def _failed(
+    activation: Activation, kind: str, detail: str, raised: BaseException | None = None
+) -> Failed:
     return Failed(
         task_id=activation.task_id,
         node_id=activation.node_id,
         attempt=activation.attempt,
         reason=format_reason(kind, detail),
         retryable=True,
+        error=None if raised is None else error_info(raised),
     )
 
 
@@ -138,11 +143,11 @@ async def _attempt(
     except TimeoutError as exc:
         if scope.expired():
             return _failed(activation, "timeout", f"the attempt exceeded its {timeout_ms} ms")
-        return _failed(activation, "exception", describe_exception(exc))
+        return _failed(activation, "exception", describe_exception(exc), exc)
     except SystemExit as exc:
-        return _failed(activation, "exited", describe_exception(exc))
+        return _failed(activation, "exited", describe_exception(exc), exc)
     except Exception as exc:
-        return _failed(activation, "exception", describe_exception(exc))
+        return _failed(activation, "exception", describe_exception(exc), exc)
     return classify_return(activation.task_id, activation.node_id, activation.attempt, value)
 
 
@@ -184,7 +189,7 @@ async def execute(
         if isinstance(result, asyncio.CancelledError):
             outcomes.append(_failed(activation, "killed", "the node's task was cancelled"))
         elif isinstance(result, BaseException):
-            outcomes.append(_failed(activation, "exception", describe_exception(result)))
+            outcomes.append(_failed(activation, "exception", describe_exception(result), result))
         else:
             outcomes.append(result)
     return tuple(outcomes)

@@ -9,7 +9,9 @@ One dispatcher loop per worker:
   successful poll, so neither can starve the other;
 * **launch** — one drain task per lease (:class:`~docket.runtime.drain.Drainer`);
   candidates that ran out of claim attempts come back *poisoned* instead of leased: the
-  backend has already set them aside, the worker logs them and calls ``on_poisoned``;
+  backend has already set them aside, the worker logs them and calls ``on_poisoned``.
+  A drain whose hand-back poisoned its run (past ``max_claim_abandons``: this deployment
+  cannot use the run's graph) is reported the same way, from the drain's task;
 * **wait** — when the poll filled less than its demand, the dispatcher sleeps until the
   backend announces work (``wait_for_work``: immediate within a process), a drain ends
   (a slot is free), the worker is stopped, or the poll interval passes. The interval is
@@ -319,13 +321,18 @@ class Worker:
     def _launch(self, lease: Lease, run: Run | None = None) -> None:
         self.stats.leases += 1
         task = asyncio.get_running_loop().create_task(
-            self._drainer.drain(
-                lease, stopping=lambda: self._stopping, run=run, parked=self._drain_parked
-            ),
-            name=f"drain {lease.run_id}",
+            self._drain(lease, run), name=f"drain {lease.run_id}"
         )
         self._active[task] = lease
         task.add_done_callback(self._finished)
+
+    async def _drain(self, lease: Lease, run: Run | None) -> DrainOutcome:
+        outcome = await self._drainer.drain(
+            lease, stopping=lambda: self._stopping, run=run, parked=self._drain_parked
+        )
+        if outcome.poisoned is not None:  # the drain emitted its telemetry already
+            await self._report_poisoned(outcome.poisoned, operation="abandon_claim")
+        return outcome
 
     def _drain_parked(self) -> None:
         """Called from a drain's task once its run is handed back: the slot is free."""
@@ -345,14 +352,21 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
-    async def _report_poisoned(self, poisoned: PoisonedClaim) -> None:
-        report_poisoned(self._telemetry, poisoned)
+    async def _report_poisoned(
+        self, poisoned: PoisonedClaim, *, operation: str = "claim_due"
+    ) -> None:
+        if operation == "claim_due":
+            report_poisoned(self._telemetry, poisoned)
         self.stats.poisoned += 1
         self.stats.poisoned_runs.append(poisoned)
+        tenant_id = tenant_id_of(poisoned.owner)
         log.error(
-            "run %s was poisoned (%s): it is set aside until retry_poisoned_run",
+            "run %s (tenant %s) was poisoned by %s (%s): it is set aside until retry_poisoned_run",
             poisoned.run_id,
+            tenant_id or "-",
+            operation,
             poisoned.poison_reason,
+            extra={"run_id": poisoned.run_id, "tenant_id": tenant_id},
         )
         if self._on_poisoned is None:
             return

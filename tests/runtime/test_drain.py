@@ -331,6 +331,7 @@ def test_a_graph_this_worker_cannot_compile_is_handed_back_then_poisoned() -> No
                 assert info.wake_at is not None and info.wake_at >= now + timedelta(seconds=5)
                 later(clock, 11)
             assert kinds == ["rescheduled", "rescheduled", "poisoned"]
+            assert "r" in [p.run_id for p in summary.poisoned]  # a hand-back poisoned it
             info = await lacking.inspect_run("r")
             assert info.poison_reason == POISON_MAX_ABANDONS
             assert lacking.graph_cache.compiles == 1  # the failure is cached per process
