@@ -676,7 +676,7 @@ class Docket:
             )
         found = await self._store.runs.inspect_run(owner, run_id)
         if isinstance(found, NotFound):
-            raise from_contract(found, subject=repr(run_id))
+            raise from_contract(found, subject=f"run {run_id!r}")
         if not found.poisoned:
             raise NotRetryable(
                 f"run {run_id!r} is {found.run.status} and not poisoned: there is nothing "

@@ -141,7 +141,7 @@ def test_refusals_read_as_sentences(store: tuple[Path, dict[str, str]]) -> None:
         "ghost": (1, "docket: not_found: no such run 'ghost'\n"),
         "duplicate": (1, "docket: conflict: run 'req-1' already exists\n"),
         "no graph": (1, "docket: not_found: no such graph 'nope'\n"),
-        "finished": (1, "docket: inactive_run: run 'req-1' is finished and cannot change\n"),
+        "finished": (1, "docket: inactive_run: run 'req-1' is done and cannot be retried\n"),
         "cancel finished": (
             1,
             "docket: inactive_run: run 'req-1' is done and cannot be cancelled\n",

@@ -14,11 +14,14 @@ from datetime import timedelta
 
 import pytest
 
-from docket import Docket, GraphBuilder, SyncDocket, errors
+from docket import Docket, Failure, GraphBuilder, NodeRegistry, SyncDocket, errors
 from docket.contract import errors as contract
+from docket.contract.capabilities import Capabilities, Feature
+from docket.contract.memory import MemoryBackend
 from docket.contract.proposals import ClaimPolicy
 from docket.errors import ContractError
 from docket.graph.model import FINISH, START
+from docket.graph.nodes import NodeContext, NodeResult, NodeState
 from tests.cli import cli_app
 from tests.core import fixtures as fx
 from tests.runtime.helpers import later, memory_docket
@@ -138,6 +141,8 @@ def test_errors_raised_through_the_facade_read_as_sentences() -> None:
         note(lambda: docket.list_runs(limit=0))
         docket.start_run("approval", run_id="r2")
         note(lambda: docket.await_run("r2", timeout=0.01))
+        note(lambda: docket.retry_run("r2"))
+        note(lambda: docket.retry_run("ghost"))
         note(lambda: docket.save_graph(cli_app.GRAPH.put_edge("x", "ask", "nowhere")))
     note(lambda: Docket("memory://", claim_ttl=-1))
     unknown = _raised(lambda: Docket("nope://x"))  # names the installed backends, too
@@ -161,6 +166,8 @@ def test_errors_raised_through_the_facade_read_as_sentences() -> None:
             "invalid_tenant: this Docket is tenantless (tenant_mode='none'): do not pass tenant_id",
             "invalid_options: limit must be an integer from 1 to 1000, got 0",
             "timeout: run 'r2' is still running after 0.01 s",
+            "not_retryable: run 'r2' is running and not poisoned: there is nothing to retry "
+            "(was it retried already?)",
             "invalid_graph: graph 'approval' does not compile: error unknown_edge_target "
             "/edges/x/to: edge 'x' leads to unknown node 'nowhere'",
             "invalid_settings: invalid docket settings: claim_ttl must be a positive number of "
@@ -209,6 +216,39 @@ def test_every_error_type_is_worded_here() -> None:
         "Conflict", "InvalidInput", "NotFound", "IncompatibleExecutionPolicy", "AlreadyResolved",
         "InactiveRun", "InvalidTenant", "InvalidOptions", "AwaitTimeout", "InvalidGraph",
         "InvalidSettings", "InvalidBackend", "RuntimeUnavailable", "RunPoisoned",
+        "NotRetryable", "Unsupported",
     }  # fmt: skip
     missing = exported - contract_types - facade_types - only_from_corrupt_graphs
     assert missing == set()
+
+
+def test_a_retry_the_backend_cannot_store_reads_as_a_sentence() -> None:
+    class OldStore(MemoryBackend):
+        def capabilities(self) -> Capabilities:
+            caps = super().capabilities()
+            features = caps.features - {Feature.REOPEN_FAILED}
+            return Capabilities(limits=caps.limits, features=features, name="old-store")
+
+    failing = (
+        GraphBuilder("failing")
+        .node("boom", "boom")
+        .edge("go", START, "boom")
+        .edge("end", "boom", FINISH)
+        .build()
+    )
+    nodes = NodeRegistry()
+
+    @nodes.node("boom")
+    def boom(state: NodeState, ctx: NodeContext) -> NodeResult:
+        return Failure("broken", retryable=False)
+
+    with SyncDocket(OldStore(), nodes=nodes) as docket:
+        docket.save_graph(failing)
+        docket.start_run("failing", run_id="f")
+        docket.drain_due()
+        error = _raised(lambda: docket.retry_run("f"))
+    assert str(error) == (
+        "unsupported: run 'f' failed, and this backend (old-store) does not declare the "
+        "reopen_failed feature a retry of a failed run needs"
+    )
+    assert not DOUBLED.search(str(error))
