@@ -1179,10 +1179,16 @@ def _check_collections(run: Run, out: list[str]) -> None:
     if not isinstance(writes, tuple) or not all(isinstance(w, PendingWrite) for w in writes):
         out.append("pending_writes: must be a tuple of PendingWrite")
         return
-    if (run.active_tasks or writes or run.timers) and run.status is not RunStatus.RUNNING:
-        out.append("active superstep: only a running run may have tasks, writes or timers")
-    if writes and not run.active_tasks:
-        out.append("pending_writes: require at least one active task")
+    if (run.active_tasks or run.timers) and run.status is not RunStatus.RUNNING:
+        out.append("active superstep: only a running run may have tasks or timers")
+    # A node failure keeps its finished siblings' writes for a retry; reopened, the run
+    # holds them with no task until the unfinished nodes are planned again.
+    kept = run.status is RunStatus.FAILED and _kept_by(run.failure)
+    if writes and run.status is not RunStatus.RUNNING and not kept:
+        out.append(
+            "active superstep: only a running run, or one a node failure failed, "
+            "may have pending writes"
+        )
     nodes = [t.node_id for t in run.active_tasks.values() if isinstance(t, TaskState)]
     nodes += [w.node_id for w in writes]
     if len(nodes) != len(set(nodes)):
@@ -1215,6 +1221,11 @@ def _check_collections(run: Run, out: list[str]) -> None:
         if intr.schema is not None:
             _durable_dict(intr.schema, f"{where}.schema", out)
         _durable_dict(intr.metadata, f"{where}.metadata", out)
+
+
+def _kept_by(failure: object) -> bool:
+    """True when ``failure`` is a node failure, the one failure that keeps pending writes."""
+    return isinstance(failure, Failure) and failure.code == "node_failed"
 
 
 def validate_run(run: object) -> InvalidRun | None:

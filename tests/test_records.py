@@ -166,6 +166,26 @@ def test_active_superstep_requires_a_running_run() -> None:
     assert any("only a running run" in p for p in run_problems(run))
 
 
+def _failed(code: str, **changes: Any) -> Run:
+    failure = Failure(code=code, message="m")
+    return running(status=RunStatus.FAILED, failure=failure, finished_at=T0, **changes)
+
+
+def test_only_a_node_failure_keeps_pending_writes_and_never_tasks_or_timers() -> None:
+    kept = rich_run().pending_writes
+    assert run_problems(_failed("node_failed", pending_writes=kept)) == []
+    limit = run_problems(_failed("max_supersteps_exceeded", pending_writes=kept))
+    assert any("one a node failure failed" in p for p in limit), limit
+    tid = task_id("run_1", 0, "n")
+    parked = {
+        "active_tasks": {tid: parked_task()},
+        "timers": {tid: TimerState(kind="retry", fires_at=T0)},
+    }
+    assert any("only a running run" in p for p in run_problems(_failed("node_failed", **parked)))
+    # reopened: the kept writes wait, with no task, for the unfinished nodes to be planned
+    assert run_problems(running(pending_writes=kept)) == []
+
+
 def test_validity_never_raises_on_junk() -> None:
     assert run_problems("not a run") == ["run: expected a Run, got str"]
     junk = running(channels=["x"], timers=None, interrupts=3)

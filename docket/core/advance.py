@@ -79,6 +79,8 @@ def advance(
         return Dispatch(run=run, activations=resumed, now=now, resumed=True)
 
     match plan(rtg, run, limits):
+        case InvalidRun() as invalid:
+            return failure_moment(run, error_failure(invalid), now)
         case Quiescent():
             return completion_moment(rtg, run, now)
         case Blocked(interrupt_ids=waiting):

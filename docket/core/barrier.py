@@ -120,7 +120,8 @@ def commit_barrier(
             )
             for node_id in sorted(errors)
         ]
-        return superstep_failure(run, (), failed, now)
+        fresh = [w for w in ordered if w not in run.pending_writes]
+        return superstep_failure(run, (), failed, now, fresh)
 
     channels = dict(run.channels)
     for field_id in sorted(step.values):

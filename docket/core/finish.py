@@ -5,6 +5,11 @@ a separate ``run_completed`` moment projects the outputs. Every failure (a node 
 permanently, the superstep limit, a guard that cannot be evaluated, a corrupted policy or
 parked task) goes through :func:`failure_moment`: the active superstep is discarded,
 channels and step stay as they were, and the last runtime event is ``run_failed``.
+
+One exception: a node failure (:func:`superstep_failure`) keeps the pending writes of the
+siblings that finished in the failed superstep, so that an operator's retry
+(:mod:`docket.core.reopen`) runs only the nodes that did not finish. Nothing of them
+commits while the run is failed; they commit at the barrier of the retried superstep.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from docket.core.errors import CoreError
 from docket.core.moment import Entry, Moment, Park, ParkReason, propose
 from docket.core.state import project_outputs
 from docket.graph.compiler import RuntimeGraph
-from docket.records import CheckpointType, EventType, Failure, Run, RunStatus
+from docket.records import CheckpointType, EventType, Failure, PendingWrite, Run, RunStatus
 from docket.values import JSONDict, JSONValue
 
 __all__ = [
@@ -94,9 +99,19 @@ def completion_moment(rtg: RuntimeGraph, run: Run, now: datetime) -> Moment:
 
 
 def failure_moment(
-    run: Run, failure: Failure, now: datetime, entries: Sequence[Entry] = ()
+    run: Run,
+    failure: Failure,
+    now: datetime,
+    entries: Sequence[Entry] = (),
+    *,
+    kept: Sequence[PendingWrite] = (),
+    new_writes: Sequence[PendingWrite] = (),
 ) -> Moment:
-    """``failed`` with ``failure``; ``entries`` precede the final ``run_failed`` event."""
+    """``failed`` with ``failure``; ``entries`` precede the final ``run_failed`` event.
+
+    ``kept`` are the pending writes the failed run holds for a retry (only a node failure
+    keeps any); ``new_writes`` are those of them this moment created (for the envelope).
+    """
     failed = attrs.evolve(
         run,
         status=RunStatus.FAILED,
@@ -105,7 +120,7 @@ def failure_moment(
         finished_at=now,
         updated_at=now,
         active_tasks={},
-        pending_writes=(),
+        pending_writes=tuple(kept),
         timers={},
     )
     payload: JSONDict = {**failure.details, "reason": failure.code, "message": failure.message}
@@ -116,6 +131,7 @@ def failure_moment(
         [*entries, last],
         Park(Terminal(), ParkReason.RUN_FAILED),
         now,
+        new_writes=new_writes,
     )
 
 
@@ -131,8 +147,15 @@ def superstep_failure(
     retried: Sequence[AttemptFailure],
     permanent: Sequence[AttemptFailure],
     now: datetime,
+    writes: Sequence[PendingWrite] = (),
 ) -> Moment:
     """A superstep with at least one permanent failure: no write of it commits.
+
+    The results of the siblings that finished (``writes`` of this dispatch, and the run's
+    pending writes from earlier attempts of the superstep), except those of the failed
+    nodes, stay on the failed run as pending writes, ordered by node as a retry park
+    orders them; every unfinished task (failed, or parked for a retry) is dropped, to be
+    planned afresh by a retry.
 
     Events: ``node_failed`` (not permanent) for each attempt that would have been retried,
     then ``node_failed`` (permanent) for each permanent failure, then ``run_failed``.
@@ -153,7 +176,14 @@ def superstep_failure(
         *(node_failed_entry(f, run.step, permanent=False) for f in retried),
         *(node_failed_entry(f, run.step, permanent=True) for f in permanent),
     ]
-    return failure_moment(run, failure, now, entries)
+    # a failed node's own write (one the barrier rejected) is never kept: it runs again
+    failed = {f.node_id for f in permanent}
+    new_writes = sorted((w for w in writes if w.node_id not in failed), key=lambda w: w.node_id)
+    kept = sorted(
+        (w for w in (*run.pending_writes, *new_writes) if w.node_id not in failed),
+        key=lambda w: w.node_id,
+    )
+    return failure_moment(run, failure, now, entries, kept=kept, new_writes=new_writes)
 
 
 def _what_went_wrong(ordered: Sequence[AttemptFailure]) -> JSONDict:

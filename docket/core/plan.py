@@ -29,7 +29,7 @@ from docket.records import (
     idempotency_key,
     task_id,
 )
-from docket.values import JSONDict, content_hash
+from docket.values import JSONDict, JSONValue, content_hash
 
 __all__ = [
     "DEFAULT_TIMEOUT_MS",
@@ -156,7 +156,7 @@ class Runnable:
     node_ids: tuple[str, ...]
 
 
-PlanResult: TypeAlias = Quiescent | Blocked | OverLimit | Runnable
+PlanResult: TypeAlias = Quiescent | Blocked | OverLimit | Runnable | InvalidRun
 
 
 def open_interrupt_ids(run: Run) -> tuple[str, ...]:
@@ -199,7 +199,20 @@ def superstep_limit(rtg: RuntimeGraph, limits: HostLimits) -> int | None:
 
 
 def plan(rtg: RuntimeGraph, run: Run, limits: HostLimits) -> PlanResult:
+    """What runs next. A run with pending writes and no parked task is a reopened failed
+    superstep (:mod:`docket.core.reopen`): its finished nodes wait at the barrier, so only
+    the others are planned (an empty plan then is an :class:`InvalidRun`, never completion).
+    """
     nodes = candidates(rtg, run)
+    if run.pending_writes:
+        written = {w.node_id for w in run.pending_writes}
+        nodes = tuple(n for n in nodes if n not in written)
+        if not nodes:
+            return InvalidRun(
+                "the pending writes cover every planned node: nothing is left to retry",
+                phase="plan",
+                details={"nodes": list[JSONValue](sorted(written))},
+            )
     if not nodes:
         waiting = open_interrupt_ids(run)
         return Blocked(waiting) if waiting else Quiescent()

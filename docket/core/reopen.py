@@ -1,14 +1,15 @@
 """Reopening a failed run: an operator's retry, as a pure function of the committed run.
 
 A failed run keeps its channels, step, ``changed_channels`` and ``pending_nodes`` exactly
-as they were when its superstep failed (:func:`docket.core.finish.failure_moment` only
-clears the active superstep). Reopening makes it ``running`` again with an immediate
-wake; the worker that claims it plans afresh, and because the plan is a pure function of
-the committed run, the failed superstep comes back with the same task ids at attempt 1:
-every node of that superstep gets a fresh attempt budget. Nothing committed in earlier
-supersteps is touched, so no node that completed there runs again. Nodes of the failed
-superstep that had completed beside the failing one run again too: no write of a failed
-superstep ever committed (docs/execution.md, "Retrying a failed run").
+as they were when its superstep failed, and a node failure also keeps the pending writes
+of the siblings that finished beside the failing node
+(:func:`docket.core.finish.superstep_failure`). Reopening makes it ``running`` again with
+an immediate wake and those writes still pending; the worker that claims it plans afresh
+the nodes of the failed superstep that have no pending write (:func:`docket.core.plan.plan`),
+with the same task ids at attempt 1: each gets a fresh attempt budget. The finished
+siblings do not run again; their writes commit at the barrier with the retried nodes'.
+Nothing committed in earlier supersteps is touched either (docs/execution.md, "Retrying
+a failed run").
 
 The moment reuses checkpoint type ``retry_scheduled`` (the stores' schemas list the
 checkpoint types; a retry of the superstep is what it schedules) and records one
@@ -85,9 +86,9 @@ def reopen_failed_run(
         failure=None,
         finished_at=None,
         updated_at=now,
-        # already empty on a failed run; stated so a reopen can never resume a stale superstep
+        # already empty on a failed run; stated so a reopen never resumes a stale attempt
+        # (the kept pending writes stay: they are what spares the finished siblings)
         active_tasks={},
-        pending_writes=(),
         timers={},
     )
     entry = Entry(

@@ -5,7 +5,8 @@ interrupt whose request is valid become pending writes; a retryable failure with
 left becomes a retry; anything else is a permanent failure. Then the first rule that
 applies picks the boundary:
 
-1. a permanent failure fails the run, and nothing of the superstep commits;
+1. a permanent failure fails the run, and nothing of the superstep commits (the finished
+   results stay on the failed run as pending writes, for an operator's retry);
 2. a retry parks the superstep: finished results wait as pending writes, each retrying task
    is parked with its next attempt and a backoff timer, the step does not advance;
 3. parked attempts that were not due this time also park the superstep (no new failure);
@@ -144,7 +145,7 @@ def settle(
 
     if permanent:
         permanent.sort(key=lambda f: f.node_id)
-        return superstep_failure(run, [f for _, f in retried], permanent, now)
+        return superstep_failure(run, [f for _, f in retried], permanent, now, writes)
     dispatched = {a.task_id for a in activations}
     if retried or any(t not in dispatched for t in run.active_tasks):
         return _retry_park(run, dispatched, writes, retried, now)

@@ -11,6 +11,8 @@ import pytest
 from docket.contract import Immediate, StaleCheckpoint
 from docket.core import Dispatch, Park, ParkReason, advance, cancel_run, unclaimed_proposal
 from docket.core.errors import InactiveRun, InvalidInput, InvalidRun, NotRetryable
+from docket.core.finish import AttemptFailure, superstep_failure
+from docket.core.moment import Moment
 from docket.core.reopen import MAX_REASON_CHARS, reopen_failed_run
 from docket.records import TENANTLESS, CheckpointType, EventType, RunStatus, run_problems
 from tests.core import fixtures as fx
@@ -44,18 +46,16 @@ def test_a_failed_run_reopens_at_its_last_checkpoint_with_a_fresh_budget() -> No
     assert mark.type is EventType.CHECKPOINT_COMMITTED
     assert mark.metadata["park_reason"] == "run_retried"
 
-    # the same superstep is planned again, every node of it at attempt 1 (the sibling
-    # that had completed beside the failing node included: its write never committed)
+    # the sibling that completed beside the failing node kept its write on the failed
+    # run and keeps it reopened; only the failing node is planned again, at attempt 1
+    ok_task = f"{failed.id}:{failed.step}:ok_node"
+    assert [(w.task_id, w.value) for w in failed.pending_writes] == [(ok_task, {"ok_out": "ok"})]
+    assert run.pending_writes == failed.pending_writes
+    assert (run.active_tasks, run.timers) == ({}, {})
     step = advance(result.runtime, run, now=now)
     assert isinstance(step, Dispatch) and not step.resumed
-    assert sorted((a.node_id, a.attempt) for a in step.activations) == [
-        ("failing_node", 1),
-        ("ok_node", 1),
-    ]
-    assert {a.task_id for a in step.activations} == {
-        f"{failed.id}:{failed.step}:failing_node",
-        f"{failed.id}:{failed.step}:ok_node",
-    }
+    assert [(a.node_id, a.attempt) for a in step.activations] == [("failing_node", 1)]
+    assert [a.task_id for a in step.activations] == [f"{failed.id}:{failed.step}:failing_node"]
     # a store accepts it; a second proposal computed from the same failed checkpoint
     # (another operator) loses the fence and changes nothing
     backend = result.backend
@@ -113,3 +113,31 @@ def test_a_reason_is_optional() -> None:
     moment = reopen_failed_run(failed, reason=None, now=failed.updated_at)
     assert not isinstance(moment, Exception)
     assert moment.events[0].payload["reason"] is None
+
+
+def test_a_failed_nodes_own_write_is_never_kept() -> None:
+    # parked: steady finished (pending write), flaky waits for its second attempt
+    parked = inline(fx.parallel_retry(backoff_ms=5_000), commit_to=None).checkpoints[1].run
+    (steady,) = parked.pending_writes
+    now = parked.updated_at
+
+    def failing(node_id: str) -> AttemptFailure:
+        return AttemptFailure(node_id=node_id, task_id=f"t:{node_id}", attempt=1, reason="x")
+
+    # flaky failed for good: steady's result stays for a retry
+    assert superstep_failure(parked, (), [failing("flaky")], now).run.pending_writes == (steady,)
+    # the barrier rejected steady's write itself: it must run again, so nothing is kept
+    assert superstep_failure(parked, (), [failing("steady")], now).run.pending_writes == ()
+
+
+def test_writes_covering_every_planned_node_fail_the_reopened_run() -> None:
+    result = inline(fx.parallel_failure())
+    reopened = reopen_failed_run(result.run, reason=None, now=result.run.updated_at)
+    assert not isinstance(reopened, Exception)
+    (ok,) = reopened.run.pending_writes
+    failing = attrs.evolve(ok, node_id="failing_node", task_id=ok.task_id.replace("ok", "failing"))
+    both = attrs.evolve(reopened.run, pending_writes=(failing, ok))
+    assert run_problems(both) == []
+    step = advance(result.runtime, both, now=both.updated_at)
+    assert isinstance(step, Moment) and step.run.failure is not None
+    assert step.run.failure.code == "invalid_run" and step.run.pending_writes == ()

@@ -216,14 +216,16 @@ def test_crash_during_backoff_resumes_at_the_persisted_attempt() -> None:
     assert result.checkpoint_types[0] == "run_initialized"
 
 
-def test_permanent_failure_after_a_park_discards_parked_results() -> None:
+def test_permanent_failure_after_a_park_commits_nothing_but_keeps_the_parked_result() -> None:
     calls: list[Any] = []
     result = inline(fx.parallel_retry(fail_times=5, max_attempts=2), context={"calls": calls})
     assert sorted(calls) == [("flaky", 1), ("flaky", 2), ("steady", 1)]
     run = result.run
     assert run.status is RunStatus.FAILED
     assert "state:steady_out" not in run.channels
-    assert run.pending_writes == ()
+    # kept for an operator's retry (docs/execution.md, "Retrying a failed run")
+    assert [(w.node_id, w.attempt) for w in run.pending_writes] == [("steady", 1)]
+    assert (run.active_tasks, run.timers) == ({}, {})
     assert events_of(result, EventType.NODE_COMPLETED) == []
 
 

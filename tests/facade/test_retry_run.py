@@ -56,6 +56,40 @@ def third(state: NodeState, ctx: NodeContext) -> JSONDict:
     return {"c": f"{state['b']}+third"}
 
 
+@NODES.node("left")
+def left(state: NodeState, ctx: NodeContext) -> JSONDict:
+    _calls(ctx).append((ctx.node_id, ctx.attempt))
+    return {"l": f"{state['a']}+left"}
+
+
+@NODES.node("joined")
+def joined(state: NodeState, ctx: NodeContext) -> JSONDict:
+    _calls(ctx).append((ctx.node_id, ctx.attempt))
+    return {"c": f"{state['b']}&{state['l']}"}
+
+
+def fan_out() -> Any:
+    """``first`` fans out to ``left`` and ``second`` (one superstep), which join."""
+    return (
+        GraphBuilder("retry_fan_out")
+        .field("a", S.string())
+        .field("b", S.string())
+        .field("l", S.string())
+        .field("c", S.string())
+        .node("first", "first")
+        .node("left", "left")
+        .node("second", "second", retry=RetryPolicy(2, 0))
+        .node("joined", "joined")
+        .edge("to_first", START, "first")
+        .edge("to_left", "first", "left")
+        .edge("to_second", "first", "second")
+        .fan_in("join", ["left", "second"], "joined")
+        .edge("done", "joined", FINISH)
+        .output("c")
+        .build()
+    )
+
+
 def chain() -> Any:
     return (
         GraphBuilder("retry_chain")
@@ -141,6 +175,37 @@ def test_a_failed_run_is_reopened_and_finishes_without_rerunning_committed_nodes
             assert failed.failure is not None and cleared["code"] == failed.failure.code
             assert cleared["node_id"] == "second"
             assert retried.step == failed.step and retried.node_id == "second"
+
+    asyncio.run(scenario())
+
+
+def test_a_retry_does_not_rerun_the_sibling_that_completed_beside_the_failed_node() -> None:
+    async def scenario() -> None:
+        app = _app()
+        docket, _, _ = memory_docket(nodes=NODES, context=app)
+        async with docket:
+            ref = await docket.save_graph(fan_out())
+            await docket.start_run(ref, run_id="f")
+            failed = await _settle(docket, "f")
+            assert failed.status is RunStatus.FAILED and failed.failure is not None
+            assert sorted(app["calls"]) == [("first", 1), ("left", 1), ("second", 1), ("second", 2)]
+            # nothing of the failed superstep committed, but left's result is kept
+            assert "state:l" not in failed.channels
+            assert [(w.node_id, w.value) for w in failed.pending_writes] == [
+                ("left", {"l": "first+left"})
+            ]
+            _fix(app)
+            await docket.retry_run("f", reason="fixed the second node")
+            app["calls"].clear()
+            done = await _settle(docket, "f")
+            assert done.status is RunStatus.DONE
+            assert done.output == {"c": "first+second&first+left"}
+            # second back at attempt 1 (a fresh budget); left does not run again
+            assert app["calls"] == [("second", 1), ("joined", 1)]
+            events = [e async for e in _events(docket, "f")]
+            check_events(done, events)
+            completed = [e.node_id for e in events if e.type is EventType.NODE_COMPLETED]
+            assert completed.count("left") == 1 and completed.count("second") == 1
 
     asyncio.run(scenario())
 
