@@ -18,8 +18,9 @@ runner in :mod:`docket.testing`.
 """
 
 from docket import errors
+from docket._sync import SyncDocket
 from docket.errors import DocketError
-from docket.facade import Docket, DrainSummary, SyncDocket
+from docket.facade import Docket, DrainSummary
 from docket.graph.builder import GraphBuilder
 from docket.graph.model import FINISH, START, Graph
 from docket.graph.nodes import (

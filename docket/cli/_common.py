@@ -10,9 +10,10 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from docket._sync import SyncDocket
 from docket.contract.protocols import Backend
 from docket.contract.registry import UnknownBackend, from_url
-from docket.facade import Docket, SyncDocket
+from docket.facade import Docket
 
 ENV_BACKEND = "DOCKET_BACKEND"
 ENV_UI_TOKEN = "DOCKET_UI_TOKEN"

@@ -32,7 +32,7 @@ from docket_contract_tests.fixtures import (
     unclaimed,
 )
 
-from docket import Docket
+from docket import Docket, SyncDocket
 from docket.contract import (
     AbandonPolicy,
     ClaimBatch,
@@ -47,7 +47,6 @@ from docket.contract import (
 )
 from docket.contract.protocols import STORE_PROTOCOLS
 from docket.errors import NotFound as NotFoundError
-from docket.facade import SyncDocket
 from docket.records import (
     SYSTEM,
     TENANTLESS,
