@@ -53,6 +53,8 @@ def main(target: Path) -> None:
             page.set_viewport_size({"width": 1280, "height": 860})
             page.goto(f"{base}/runs/report-1128")
             page.screenshot(path=str(target / "console-poisoned.png"))
+            page.goto(f"{base}/runs/report-0101")
+            page.screenshot(path=str(target / "console-failed.png"))
 
 
 if __name__ == "__main__":
