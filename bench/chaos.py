@@ -72,7 +72,7 @@ if str(ROOT) not in sys.path:  # run as ``python bench/chaos.py``
 
 from bench import chaos_app  # noqa: E402
 from docket import SyncDocket  # noqa: E402
-from docket.errors import AlreadyResolved, Conflict, InactiveRun  # noqa: E402
+from docket.errors import AlreadyResolved, Conflict, InactiveRun, NotRetryable  # noqa: E402
 from docket.records import InterruptStatus, RunStatus  # noqa: E402
 
 APP = "bench.chaos_app:create"
@@ -297,14 +297,35 @@ def n_of(run_id: str) -> int:
 
 
 class Driver:
-    """Submits runs and answers their interrupts, tolerating a store that is away."""
+    """Submits runs, answers their interrupts and retries the runs that fail on purpose
+    (after fixing them), tolerating a store that is away."""
 
-    def __init__(self, docket: SyncDocket, graph: object) -> None:
+    def __init__(self, docket: SyncDocket, graph: object, directory: Path) -> None:
         self.docket = docket
         self.graph = graph
+        self.directory = directory
         self.submitted = 0
         self.resolved = 0
+        self.retried = 0
         self.store_errors = 0
+
+    def awaits_retry(self, run_id: str, status: RunStatus) -> bool:
+        """A run that failed on purpose and is to be fixed and retried (not finished)."""
+        return status is RunStatus.FAILED and chaos_app.needs_fix(n_of(run_id))
+
+    def retry_fixable(self, statuses: dict[str, RunStatus]) -> None:
+        for run_id, status in statuses.items():
+            if not self.awaits_retry(run_id, status):
+                continue
+            chaos_app.fixed_marker(self.directory, run_id).touch()
+            try:
+                self.docket.retry_run(run_id, reason="chaos: total fixed")
+                self.retried += 1
+            except (NotRetryable, InactiveRun):
+                pass  # an earlier try landed though its answer was lost
+            except Exception:  # the store is away (each backend has its own error types)
+                self.store_errors += 1
+                return
 
     def submit_until(self, count: int) -> None:
         from docket.records import GraphRef
@@ -379,7 +400,7 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
     restarts: list[tuple[float, float]] = []
     started = time.monotonic()
     with SyncDocket(store.url, nodes=chaos_app.NODES) as docket:
-        driver = Driver(docket, docket.save_graph(chaos_app.GRAPH))
+        driver = Driver(docket, docket.save_graph(chaos_app.GRAPH), directory)
         try:
             names = [workers.spawn() for _ in range(args.workers)]
             workers.wait_ready(names)
@@ -417,7 +438,12 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                 if fresh is not None:
                     statuses = fresh
                     driver.resolve_waiting(statuses)
-                    finished = sum(1 for s in statuses.values() if s.terminal)
+                    driver.retry_fixable(statuses)
+                    finished = sum(
+                        1
+                        for run_id, s in statuses.items()
+                        if s.terminal and not driver.awaits_retry(run_id, s)
+                    )
                     if (
                         driver.submitted == args.runs
                         and not killing
@@ -436,7 +462,8 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
     print(
         f"chaos: {args.workers} workers x {args.concurrency} slots, ttl={args.claim_ttl}s "
         f"poll={args.poll}s; {len(side)} node executions, {driver.resolved} interrupts "
-        f"answered, {driver.store_errors} harness calls refused while the store was away, "
+        f"answered, {driver.retried} failed runs retried, {driver.store_errors} harness calls "
+        "refused while the store was away, "
         f"{len(workers.failed_at_start)} workers died before opening it; {elapsed:.1f}s"
     )
     for text in verdict.problems:
@@ -567,11 +594,13 @@ def check_side_log(
 
     slack = args.claim_ttl + RESTART_SLACK
     reexecuted = unexplained = 0
-    for (_, task, attempt), runs in executions.items():
-        if len(runs) < 2:
+    for (run, task, attempt), runs in executions.items():
+        # a retried run runs its fixed task's attempt again: the last executions are legit
+        allowed = chaos_app.executions_per_task(n_of(run), task.rsplit(":", 1)[1])
+        if len(runs) <= allowed:
             continue
         reexecuted += 1
-        for at, worker in sorted(runs)[:-1]:
+        for at, worker in sorted(runs)[: len(runs) - allowed]:
             killed_at = workers.killed.get(worker)
             by_kill = killed_at is not None and killed_at >= at
             by_restart = any(began - slack <= at <= ended + slack for began, ended in restarts)
@@ -596,7 +625,7 @@ def measure_recovery(args: argparse.Namespace, store: Store, directory: Path) ->
     samples: list[float] = []
     missed = 0
     with SyncDocket(store.url, nodes=chaos_app.NODES) as docket:
-        driver = Driver(docket, docket.save_graph(chaos_app.GRAPH))
+        driver = Driver(docket, docket.save_graph(chaos_app.GRAPH), directory)
         try:
             survivors = [workers.spawn() for _ in range(max(1, args.workers - 1))]
             workers.wait_ready(survivors)
