@@ -654,7 +654,11 @@ class Docket:
         bad = check_reason(reason)
         if bad is not None:
             raise from_core(bad)
-        current = await self._fetch(owner, run_id)
+        # one read answers both questions: the run's status and whether it is poisoned
+        found = await self._store.runs.inspect_run(owner, run_id)
+        if isinstance(found, NotFound):
+            raise from_contract(found, subject=f"run {run_id!r}")
+        current = found.run
         if current.status is RunStatus.FAILED:
             if Feature.REOPEN_FAILED not in self.capabilities.features:
                 raise Unsupported(
@@ -673,9 +677,6 @@ class Docket:
                 phase="retry",
                 details={"status": str(current.status)},
             )
-        found = await self._store.runs.inspect_run(owner, run_id)
-        if isinstance(found, NotFound):
-            raise from_contract(found, subject=f"run {run_id!r}")
         if not found.poisoned:
             raise NotRetryable(
                 f"run {run_id!r} is {found.run.status} and not poisoned: there is nothing "

@@ -104,6 +104,7 @@ def test_only_a_failed_run_reopens() -> None:
 @pytest.mark.parametrize("reason", ["", " \n", "x" * (MAX_REASON_CHARS + 1), "a\x00b", "\ud800", 7])
 def test_a_bad_reason_is_invalid_input(reason: object) -> None:
     failed = inline(fx.parallel_failure()).run
+    # a reason of the wrong type (7) is part of what the edge must refuse
     refused = reopen_failed_run(failed, reason=reason, now=failed.updated_at)  # type: ignore[arg-type]
     assert isinstance(refused, InvalidInput) and refused.reasons
 

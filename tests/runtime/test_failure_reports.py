@@ -79,7 +79,9 @@ def test_every_failed_attempt_is_logged_with_its_run_tenant_node_task_and_attemp
         (logging.ERROR, 2),
     ], [r.getMessage() for r in failed]
     for record in failed:
-        assert (record.run_id, record.tenant_id, record.node_id, record.task_id) == (  # type: ignore[attr-defined]
+        # the fields come in through logging's ``extra``: attributes LogRecord does not declare
+        fields = record.__dict__
+        assert (fields["run_id"], fields["tenant_id"], fields["node_id"], fields["task_id"]) == (
             run_id,
             "acme",
             "charge",
@@ -132,7 +134,7 @@ def test_a_run_handed_back_until_poisoned_is_logged_reported_and_counted(
     assert len(errors) == 1, [r.getMessage() for r in errors]
     message = errors[0].getMessage()
     assert "run stuck (tenant acme)" in message and "max_claim_abandons_exceeded" in message
-    assert (errors[0].run_id, errors[0].tenant_id) == ("stuck", "acme")  # type: ignore[attr-defined]
+    assert (errors[0].__dict__["run_id"], errors[0].__dict__["tenant_id"]) == ("stuck", "acme")
 
 
 STORED = NodeRegistry()
