@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, cast
@@ -93,6 +92,7 @@ from docket.contract.queries import (
     check_run_query,
     check_seq,
 )
+from docket.contract.stored import decode_event, decode_graph
 from docket.contract.validate import (
     Replay,
     ValidationResult,
@@ -100,7 +100,6 @@ from docket.contract.validate import (
     check_identity,
     check_replay,
     compare_event,
-    graph_document_id,
     split_events,
     validate_commit_claimed,
     validate_commit_unclaimed,
@@ -123,14 +122,13 @@ from docket.records import (
     RunSummary,
     Scope,
     System,
-    event_from_json,
     owner_scope,
     require_owner,
     require_scope,
     run_from_json,
     tenant_id_of,
 )
-from docket.values import JSONDict, sha256_hex, utc
+from docket.values import JSONDict, utc
 from docket_postgres.arrays import (
     BoolArray,
     ByteaArray,
@@ -195,16 +193,6 @@ def _storable(*texts: object) -> bool:
 
 def _opt_time(value: Any) -> datetime | None:
     return None if value is None else utc(value)
-
-
-def _decode_event(run_id: str, seq: int, data: bytes) -> Event | CorruptEventRow:
-    try:
-        event = event_from_json(data)
-    except (ValueError, TypeError, KeyError) as exc:
-        return CorruptEventRow(seq, str(exc))
-    if event.run_id != run_id or event.seq != seq:
-        return CorruptEventRow(seq, "the stored event belongs to another run or sequence")
-    return event
 
 
 def _decode_run(data: bytes, where: str) -> Run:
@@ -806,15 +794,7 @@ class PostgresBackend:
         if not rows:
             return NotFound("graph")
         data = bytes(rows[0][0])
-        if sha256_hex(data) != graph_hash:
-            return CorruptGraph("stored bytes do not hash to the graph's content hash")
-        try:
-            document = json.loads(data)
-        except ValueError as exc:
-            return CorruptGraph(f"stored bytes are not JSON: {exc}")
-        if not isinstance(document, dict) or graph_document_id(document) != graph_id:
-            return CorruptGraph("the stored document does not declare this graph id")
-        return cast(JSONDict, document)
+        return decode_graph(GraphRef(graph_id, graph_hash), data)
 
     async def fetch_latest_graph_ref(self, owner: OwnerScope, graph_id: str) -> GraphRef | NotFound:
         key = _key(require_owner(owner))
@@ -932,7 +912,7 @@ class PostgresBackend:
         if not _storable(_check_run_id(run_id), key):
             return NotFound("event")
         rows = await self._fetch(self._q(_FETCH_EVENT), (key, run_id, seq), write=False)
-        return _decode_event(run_id, seq, bytes(rows[0][0])) if rows else NotFound("event")
+        return decode_event(run_id, seq, bytes(rows[0][0])) if rows else NotFound("event")
 
     async def fetch_latest_event(
         self, owner: OwnerScope, run_id: str
@@ -944,7 +924,7 @@ class PostgresBackend:
         if not rows:
             return NotFound()
         seq, data = rows[0]
-        return None if seq is None else _decode_event(run_id, int(seq), bytes(data))
+        return None if seq is None else decode_event(run_id, int(seq), bytes(data))
 
     async def list_events(
         self, owner: OwnerScope, run_id: str, query: EventListQuery
@@ -963,7 +943,7 @@ class PostgresBackend:
         for _, _, _, seq, data in rows:
             if seq is None:
                 continue
-            decoded = _decode_event(run_id, int(seq), bytes(data))
+            decoded = decode_event(run_id, int(seq), bytes(data))
             if isinstance(decoded, CorruptEventRow):
                 return decoded
             events.append(decoded)

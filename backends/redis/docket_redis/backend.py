@@ -102,12 +102,12 @@ from docket.contract.queries import (
     select_claims,
 )
 from docket.contract.registry import BackendFactory
+from docket.contract.stored import decode_event, decode_graph
 from docket.contract.validate import (
     ValidationResult,
     ValidTransition,
     check_identity,
     check_replay,
-    graph_document_id,
     split_events,
     validate_commit_claimed,
     validate_commit_unclaimed,
@@ -130,13 +130,12 @@ from docket.records import (
     RunSummary,
     Scope,
     System,
-    event_from_json,
     owner_scope,
     require_owner,
     require_scope,
     run_from_json,
 )
-from docket.values import JSONDict, from_micros, sha256_hex, to_micros, utc
+from docket.values import JSONDict, from_micros, to_micros, utc
 from docket_redis.errors import SchemaTooNew, SchemaTooOld, StoreError, corrupt
 from docket_redis.keys import (
     STATUS_ORDER,
@@ -298,16 +297,6 @@ def _event_args(valid: ValidTransition, indices: Sequence[int] | None = None) ->
         out.append(valid.event_json[index])
         out.append(hashlib.sha256(valid.event_contents[index]).hexdigest())
     return out
-
-
-def _decode_event(run_id: str, seq: int, data: bytes) -> Event | CorruptEventRow:
-    try:
-        event = event_from_json(data)
-    except (ValueError, TypeError, KeyError) as exc:
-        return CorruptEventRow(seq, str(exc))
-    if event.run_id != run_id or event.seq != seq:
-        return CorruptEventRow(seq, "the stored event belongs to another run or sequence")
-    return event
 
 
 def _decode_run(data: Any) -> Run:
@@ -785,15 +774,7 @@ class RedisBackend:
         )
         if data is None:
             return NotFound("graph")
-        if sha256_hex(data) != ref.graph_hash:
-            return CorruptGraph("stored bytes do not hash to the graph's content hash")
-        try:
-            document = json.loads(data)
-        except ValueError as exc:
-            return CorruptGraph(f"stored bytes are not JSON: {exc}")
-        if not isinstance(document, dict) or graph_document_id(document) != ref.graph_id:
-            return CorruptGraph("the stored document does not declare this graph id")
-        return document
+        return decode_graph(ref, data)
 
     async def fetch_latest_graph_ref(self, owner: OwnerScope, graph_id: str) -> GraphRef | NotFound:
         scope = self._ns.scope(require_owner(owner))
@@ -948,7 +929,7 @@ class RedisBackend:
         check_seq(seq)
         key = scope.events(_check_run_id(run_id))
         data = await self._transport.command(key, "HGET", key, str(seq))
-        return NotFound("event") if data is None else _decode_event(run_id, seq, data)
+        return NotFound("event") if data is None else decode_event(run_id, seq, data)
 
     async def fetch_latest_event(
         self, owner: OwnerScope, run_id: str
@@ -966,7 +947,7 @@ class RedisBackend:
         if code == "NONE":
             return None
         seq = int(_text(reply[1]))
-        return _decode_event(run_id, seq, reply[2])
+        return decode_event(run_id, seq, reply[2])
 
     async def list_events(
         self, owner: OwnerScope, run_id: str, query: EventListQuery
@@ -985,7 +966,7 @@ class RedisBackend:
         events: list[Event] = []
         rest = reply[4:]
         for seq, data in zip(rest[::2], rest[1::2]):
-            decoded = _decode_event(run_id, int(_text(seq)), data)
+            decoded = decode_event(run_id, int(_text(seq)), data)
             if isinstance(decoded, CorruptEventRow):
                 return decoded
             events.append(decoded)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import os
 import secrets
 import sqlite3
@@ -105,6 +104,7 @@ from docket.contract.queries import (
     check_seq,
     select_claims,
 )
+from docket.contract.stored import decode_event, decode_graph
 from docket.contract.validate import (
     Replay,
     ValidationResult,
@@ -112,7 +112,6 @@ from docket.contract.validate import (
     check_identity,
     check_replay,
     compare_event,
-    graph_document_id,
     split_events,
     validate_commit_claimed,
     validate_commit_unclaimed,
@@ -136,14 +135,13 @@ from docket.records import (
     RunSummary,
     Scope,
     System,
-    event_from_json,
     owner_scope,
     require_owner,
     require_scope,
     run_from_json,
     tenant_id_of,
 )
-from docket.values import JSONDict, from_micros, sha256_hex, to_micros, utc
+from docket.values import JSONDict, from_micros, to_micros, utc
 from docket_sqlite.errors import PermanentStoreError, SchemaTooNew, StoreError, store_error
 from docket_sqlite.schema import (
     DEFAULT_BUSY_TIMEOUT,
@@ -877,15 +875,7 @@ class SQLiteBackend:
         data = await self._read(job)
         if data is None:
             return NotFound("graph")
-        if sha256_hex(data) != ref.graph_hash:
-            return CorruptGraph("stored bytes do not hash to the graph's content hash")
-        try:
-            document = json.loads(data)
-        except ValueError as exc:
-            return CorruptGraph(f"stored bytes are not JSON: {exc}")
-        if not isinstance(document, dict) or graph_document_id(document) != ref.graph_id:
-            return CorruptGraph("the stored document does not declare this graph id")
-        return document
+        return decode_graph(ref, data)
 
     async def fetch_latest_graph_ref(self, owner: OwnerScope, graph_id: str) -> GraphRef | NotFound:
         key = _key(require_owner(owner))
@@ -1003,7 +993,7 @@ class SQLiteBackend:
             return None if row is None else bytes(row[0])
 
         data = await self._read(job)
-        return NotFound("event") if data is None else _decode_event(run_id, seq, data)
+        return NotFound("event") if data is None else decode_event(run_id, seq, data)
 
     async def fetch_latest_event(
         self, owner: OwnerScope, run_id: str
@@ -1024,7 +1014,7 @@ class SQLiteBackend:
         found = await self._read(job)
         if found is None or isinstance(found, NotFound):
             return found
-        return _decode_event(run_id, found[0], found[1])
+        return decode_event(run_id, found[0], found[1])
 
     async def list_events(
         self, owner: OwnerScope, run_id: str, query: EventListQuery
@@ -1055,7 +1045,7 @@ class SQLiteBackend:
             ).fetchall()
             events: list[Event] = []
             for seq, data in rows:
-                decoded = _decode_event(run_id, int(seq), bytes(data))
+                decoded = decode_event(run_id, int(seq), bytes(data))
                 if isinstance(decoded, CorruptEventRow):
                     return decoded
                 events.append(decoded)
@@ -1538,16 +1528,6 @@ def _summary(row: Sequence[Any]) -> RunSummary:
         updated_at=from_micros(int(updated)),
         finished_at=_opt_time(finished),
     )
-
-
-def _decode_event(run_id: str, seq: int, data: bytes) -> Event | CorruptEventRow:
-    try:
-        event = event_from_json(data)
-    except (ValueError, TypeError, KeyError) as exc:
-        return CorruptEventRow(seq, str(exc))
-    if event.run_id != run_id or event.seq != seq:
-        return CorruptEventRow(seq, "the stored event belongs to another run or sequence")
-    return event
 
 
 def _run_exists(conn: sqlite3.Connection, key: str, run_id: str) -> bool:
