@@ -4,7 +4,8 @@ A case receives a :class:`Kit`: the subject's backend and namespace, the backend
 at the start of the case (``t0``; every ``now`` the kit passes is derived from it), the
 invariant id the case checks, and assertion helpers whose messages all start with that
 id. Reads made through the kit (:meth:`Kit.info`) are audited against the operational
-tuple invariants of backend-spec §0 after every step.
+tuple invariants (``docs/invariants.md#OPERATIONAL-TUPLE-AUDIT``) after every step.
+Every id is a row of the invariant catalogue, ``docs/invariants.md``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ T = TypeVar("T")
 #: The fixed start of every injected ManualClock (the Elixir suite's fixed clock).
 CLOCK_START = datetime.fromisoformat("2026-07-15T12:00:00+00:00")
 
+#: The invariant catalogue: one row, anchored by its id, per invariant the kit checks.
+CATALOGUE = "docs/invariants.md"
+
+
+def catalogue_link(ident: str) -> str:
+    """Where the rule of invariant ``ident`` is written (its row in the catalogue)."""
+    return f"{CATALOGUE}#{ident}"
+
+
 #: Builds one more backend for the current case with the given options (``limits=``,
 #: ``clock=``); returns ``None`` when the subject cannot take those options.
 Maker = Callable[..., Backend | None]
@@ -81,7 +91,7 @@ def _fmt(value: object) -> str:
 
 
 def audit(info: RunInfo, *, owner: OwnerScope | None = None, invariant: str = "") -> None:
-    """Check the operational tuple invariants (backend-spec §0) of one ``RunInfo``.
+    """Check the operational tuple invariants (OPERATIONAL-TUPLE-AUDIT) of one ``RunInfo``.
 
     Raises :class:`KitFailure` naming every broken invariant. ``owner`` additionally
     checks that the run is owned by that scope (ownership is immutable).
@@ -400,6 +410,7 @@ def invariant(ident: str) -> pytest.MarkDecorator:
 
 
 __all__ = [
+    "CATALOGUE",
     "CLOCK_START",
     "Kit",
     "KitFailure",
@@ -408,5 +419,6 @@ __all__ = [
     "Subject",
     "audit",
     "audit_problems",
+    "catalogue_link",
     "invariant",
 ]

@@ -16,7 +16,9 @@ out of collection (and the header says why), so the plugin costs nothing in othe
 Cases are ``async def``: the plugin runs each in a fresh event loop, opening the backend
 before and closing it after. Each case carries ``@pytest.mark.docket_invariant(ID)``;
 the id is part of the node id (``test_x[ID]``), of every assertion message and of the
-JUnit properties. ``--docket-invariant ID`` (repeatable, comma-separated) selects cases.
+JUnit properties, and a failing case's report ends with a link to the id's row in the
+invariant catalogue (``docs/invariants.md#ID``). ``--docket-invariant ID`` (repeatable,
+comma-separated) selects cases.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import pytest
 from docket.clock import ManualClock
 from docket.contract import Backend, RunListQuery
 from docket.records import SYSTEM
-from docket_contract_tests.kit import CLOCK_START, Kit, Subject
+from docket_contract_tests.kit import CLOCK_START, Kit, Subject, catalogue_link
 
 KIT_DIR = Path(__file__).resolve().parent
 MARKER = "docket_invariant"
@@ -185,7 +187,8 @@ def pytest_runtest_makereport(
     report = yield
     ident = _invariant_of(item)
     if ident is not None and report.failed:
-        report.sections.append(("docket invariant", ident))
+        # every failure, whatever raised it, points at the rule it broke
+        report.sections.append(("docket invariant", f"{ident}: see {catalogue_link(ident)}"))
     return report
 
 
