@@ -68,48 +68,84 @@ class GraphStore(Protocol):
 
     async def save_graph(
         self, owner: OwnerScope, ref: GraphRef, document: JSONDict
-    ) -> GraphSaveResult: ...
+    ) -> GraphSaveResult:
+        """The stored ``GraphVersion`` (a re-save keeps its first ``published_at``), or
+        ``InvalidGraph`` / ``TooLarge`` / ``GraphContentConflict``. No fence: content-addressed.
+        Store failures are returned (``Retryable``/``Permanent``). Docs: contract.md#reads."""
 
     async def fetch_graph(
         self, owner: OwnerScope, ref: GraphRef
-    ) -> JSONDict | NotFound | CorruptGraph: ...
+    ) -> JSONDict | NotFound | CorruptGraph:
+        """The stored document, ``NotFound`` (absent or another scope's) or ``CorruptGraph``.
+        No fence. Raises ``StoreError`` on store failures, ``ValueError`` for ``System``.
+        Docs: contract.md#reads."""
 
-    async def fetch_latest_graph_ref(
-        self, owner: OwnerScope, graph_id: str
-    ) -> GraphRef | NotFound: ...
+    async def fetch_latest_graph_ref(self, owner: OwnerScope, graph_id: str) -> GraphRef | NotFound:
+        """The newest published version's ref in ``owner``'s scope, or ``NotFound``.
+        No fence. Raises ``StoreError`` on store failures, ``ValueError`` for ``System``.
+        Docs: contract.md#reads."""
 
     async def list_graph_versions(
         self, owner: OwnerScope, graph_id: str, query: GraphListQuery
-    ) -> GraphVersionPage: ...
+    ) -> GraphVersionPage:
+        """One page of versions, newest first (keyset cursor); empty for an unknown graph.
+        No fence. Raises ``StoreError`` on store failures, ``ValueError``/``TypeError`` for a
+        malformed query or ``System``. Docs: contract.md#reads."""
 
 
 @runtime_checkable
 class RunStore(Protocol):
     """Run reads and the claim operations (the only writes outside transitions)."""
 
-    async def fetch_run(self, owner: OwnerScope, run_id: str) -> Run | NotFound: ...
+    async def fetch_run(self, owner: OwnerScope, run_id: str) -> Run | NotFound:
+        """The run document, or ``NotFound`` (absent or another owner's).
+        No fence. Raises ``StoreError`` on store failures, ``ValueError`` for ``System``.
+        Docs: contract.md#reads."""
 
-    async def inspect_run(self, owner: OwnerScope, run_id: str) -> RunInfo | NotFound: ...
+    async def inspect_run(self, owner: OwnerScope, run_id: str) -> RunInfo | NotFound:
+        """The run with its operational state (wake, claim time, counters, poison; never the
+        token), or ``NotFound``. No fence. Raises ``StoreError`` on store failures,
+        ``ValueError`` for ``System``. Docs: contract.md#reads."""
 
-    async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage: ...
+    async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage:
+        """One page of summaries, newest first by ``(started_at, id)``; ``System`` sees all.
+        No fence. Raises ``StoreError`` on store failures, ``ValueError``/``TypeError`` for a
+        malformed query. Docs: contract.md#reads."""
 
-    async def claim_due(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent: ...
+    async def claim_due(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent:
+        """Leases for due runs, and the runs it poisoned instead (attempts exhausted).
+        Each run goes to one caller only: ready, or expired strictly after ``orphan_ttl``.
+        Store failures are returned; a malformed policy raises ``ValueError``.
+        Docs: contract.md#claims."""
 
     async def refresh_claim(
         self, owner: OwnerScope, run_id: str, token: str, now: datetime | None = None
-    ) -> ClaimRefreshed | ClaimLost: ...
+    ) -> ClaimRefreshed | ClaimLost:
+        """``ClaimRefreshed`` (``claimed_at`` moved forward, never back) while the token holds;
+        ``ClaimLost`` after (stolen, revoked by a signal, released, gone). Token fence.
+        No slot for store failures: raises ``StoreError``. Docs: contract.md#claims."""
 
     async def release_claim(
         self, owner: OwnerScope, run_id: str, token: str, now: datetime | None = None
-    ) -> None: ...
+    ) -> None:
+        """Nothing. With the exact token: claim cleared, due at ``now``, counters kept.
+        Token fence: any other token changes nothing.
+        Raises ``StoreError`` on store failures. Docs: contract.md#claims."""
 
     async def abandon_claim(
         self, owner: OwnerScope, run_id: str, token: str, policy: AbandonPolicy
-    ) -> AbandonOutcome: ...
+    ) -> AbandonOutcome:
+        """``Rescheduled``, ``Poisoned`` (hand-back ``max_claim_abandons`` + 1) or ``StaleAbandon``.
+        Token and ``policy.expected_checkpoint_seq`` fence. Raises ``ValueError`` for a
+        malformed policy, ``StoreError`` on store failures.
+        Docs: contract.md#handing-a-claim-back-abandon_claim (every counter, every case)."""
 
     async def retry_poisoned_run(
         self, owner: OwnerScope, run_id: str, now: datetime | None = None
-    ) -> Run | NotFound | InactiveRun: ...
+    ) -> Run | NotFound | InactiveRun:
+        """The run (a poisoned one recovered: counters 0, due at ``now``; a healthy one
+        unchanged), ``NotFound``, or ``InactiveRun`` when terminal. No fence.
+        Raises ``StoreError`` on store failures. Docs: contract.md#claims."""
 
 
 @runtime_checkable
@@ -118,15 +154,24 @@ class EventStore(Protocol):
 
     async def fetch_event(
         self, owner: OwnerScope, run_id: str, seq: int
-    ) -> Event | NotFound | CorruptEventRow: ...
+    ) -> Event | NotFound | CorruptEventRow:
+        """The event, ``NotFound`` (no such run for ``owner``, or no such retained seq) or
+        ``CorruptEventRow``. No fence. Raises ``ValueError`` for ``seq < 1`` or ``System``,
+        ``StoreError`` on store failures. Docs: contract.md#reads."""
 
     async def fetch_latest_event(
         self, owner: OwnerScope, run_id: str
-    ) -> Event | NotFound | CorruptEventRow | None: ...
+    ) -> Event | NotFound | CorruptEventRow | None:
+        """The newest retained event, ``None`` for a run without events, ``NotFound`` or
+        ``CorruptEventRow``. No fence. Raises ``StoreError`` on store failures,
+        ``ValueError`` for ``System``. Docs: contract.md#reads."""
 
     async def list_events(
         self, owner: OwnerScope, run_id: str, query: EventListQuery
-    ) -> EventPage | NotFound | CorruptEventRow: ...
+    ) -> EventPage | NotFound | CorruptEventRow:
+        """Events after ``query.after_seq``, ascending, with bounds from one snapshot; or
+        ``NotFound`` / ``CorruptEventRow``. No fence. Raises ``ValueError`` for a malformed
+        query or ``System``, ``StoreError`` on store failures. Docs: contract.md#reads."""
 
 
 @runtime_checkable
@@ -135,11 +180,18 @@ class TransitionStore(Protocol):
 
     async def initialize(
         self, owner: OwnerScope, proposal: InitProposal, events: Sequence[Event]
-    ) -> TransitionResult: ...
+    ) -> TransitionResult:
+        """The stored run, or one ``TransitionError`` (``Conflict`` when the id is taken).
+        Fence: the run id is free in ``owner``'s scope; the same ``transition_id`` replays.
+        Store failures are returned. Docs: contract.md#the-three-transitions."""
 
     async def commit_claimed(
         self, owner: OwnerScope, proposal: ClaimedProposal, events: Sequence[Event]
-    ) -> TransitionResult: ...
+    ) -> TransitionResult:
+        """The stored run, or one ``TransitionError``.
+        Fence: stored checkpoint == ``expected_checkpoint_seq`` and token == ``claim_token``,
+        else ``StaleCheckpoint``. Store failures are returned.
+        Docs: contract.md#the-three-transitions."""
 
     async def commit_unclaimed(
         self,
@@ -147,7 +199,10 @@ class TransitionStore(Protocol):
         expected_checkpoint_seq: int,
         proposal: UnclaimedProposal,
         events: Sequence[Event],
-    ) -> TransitionResult: ...
+    ) -> TransitionResult:
+        """The stored run, or one ``TransitionError``; any claim is revoked.
+        Fence: stored checkpoint == ``expected_checkpoint_seq``, else ``StaleCheckpoint``.
+        Store failures are returned. Docs: contract.md#the-three-transitions."""
 
 
 @runtime_checkable
