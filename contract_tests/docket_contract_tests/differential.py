@@ -668,7 +668,10 @@ def _cut(value: object, most: int = 1200) -> str:
 
 
 def _factory_from(url: str | None, spec: str | None) -> SubjectFactory:
-    """A :data:`SubjectFactory` from ``--backend URL`` or ``--backend-factory MODULE:CALLABLE``."""
+    """A :data:`SubjectFactory` from ``--backend URL`` or ``--backend-factory MODULE:CALLABLE``.
+
+    Raises ``ValueError`` for a factory that cannot be loaded or takes no ``clock=``.
+    """
     from docket_contract_tests.plugin import _accepted
 
     names = itertools.count(1)
@@ -678,12 +681,17 @@ def _factory_from(url: str | None, spec: str | None) -> SubjectFactory:
 
     if spec is not None:
         module_name, _, attr = spec.partition(":")
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
+        try:
+            target: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot load {spec}: {exc}") from exc
         build: Callable[..., Backend] = target
-        if "clock" not in _accepted(build, {"clock": None}):
-            raise SystemExit(f"{spec} takes no clock=: the driver needs to share its clock")
+        if not callable(build) or "clock" not in _accepted(build, {"clock": None}):
+            raise ValueError(
+                f"{spec} is not a callable taking clock= (the driver shares its clock)"
+            )
 
         def from_factory(clock: ManualClock) -> Backend:
             return build(**_accepted(build, {"clock": clock, "namespace": namespace()}))
@@ -714,7 +722,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.backend_factory is not None and ":" not in options.backend_factory:
         parser.error("--backend-factory wants MODULE:CALLABLE")
-    factory = _factory_from(options.backend, options.backend_factory)
+    try:
+        factory = _factory_from(options.backend, options.backend_factory)
+    except ValueError as exc:
+        parser.error(str(exc))
     seeds = options.seed or list(range(options.seeds))
     seen: set[str] = set()
     agreed = 0

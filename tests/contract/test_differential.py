@@ -137,3 +137,8 @@ def test_the_command_line_runs_a_url_and_a_factory() -> None:
         broken
     )
     assert broken.stdout.splitlines()[-1] == "differential: 0/1 seeds agree", _tails(broken)
+    unknown = _cli("--backend-factory", "docket_contract_tests.mutants:no_such_thing")
+    assert unknown.returncode == 2, _tails(unknown)  # argparse's usage error
+    assert "cannot load docket_contract_tests.mutants:no_such_thing" in unknown.stderr, _tails(
+        unknown
+    )
