@@ -26,7 +26,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -98,10 +98,7 @@ class SQLiteBackend:
             or not 0 <= busy_timeout <= 86_400
         ):
             raise ValueError(f"busy_timeout must be 0..86400 seconds, got {busy_timeout!r}")
-        if clock is not None and not callable(clock):
-            raise TypeError("clock must be a callable returning an aware datetime")
-        if limits is not None and not isinstance(limits, Limits):
-            raise TypeError("limits must be docket.contract.Limits")
+        clock, limits = _clock_and_limits(clock, limits)
         self._engine = engine = Engine(
             target,
             clock=clock or system_clock,
@@ -272,6 +269,17 @@ class SQLiteBackend:
         return await self._engine.hub.wait(timeout)
 
 
+def _clock_and_limits(
+    clock: object, limits: object
+) -> tuple[Callable[[], datetime] | None, Limits | None]:
+    """The checks the constructor and ``from_url`` share (options may come untyped)."""
+    if clock is not None and not callable(clock):
+        raise TypeError("clock must be a callable returning an aware datetime")
+    if limits is not None and not isinstance(limits, Limits):
+        raise TypeError("limits must be docket.contract.Limits")
+    return cast("Callable[[], datetime] | None", clock), limits
+
+
 # -- discovery ----------------------------------------------------------------------------------
 
 
@@ -296,12 +304,7 @@ def _create(url: str, options: Mapping[str, object]) -> SQLiteBackend:
             raise ValueError(f"busy_timeout must be a number of seconds, got {timeout!r}") from None
     if not isinstance(timeout, int | float) or isinstance(timeout, bool):
         raise TypeError("busy_timeout must be a number of seconds")
-    clock = options.get("clock")
-    limits = options.get("limits")
-    if clock is not None and not callable(clock):
-        raise TypeError("clock must be a callable returning an aware datetime")
-    if limits is not None and not isinstance(limits, Limits):
-        raise TypeError("limits must be docket.contract.Limits")
+    clock, limits = _clock_and_limits(options.get("clock"), options.get("limits"))
     return SQLiteBackend(
         target,
         clock=clock,
