@@ -33,7 +33,7 @@ from docket_contract_tests.fixtures import (
     successor,
 )
 from docket_sqlite import SQLiteBackend
-from docket_sqlite.backend import _Done
+from docket_sqlite._threads import Done as _Done
 
 from docket.contract import (
     ClaimBatch,
@@ -82,13 +82,13 @@ class Gate:
         def trace(conn: sqlite3.Connection) -> None:
             conn.set_trace_callback(self.statements.append)
 
-        await self.backend._writer.run(trace)
+        await self.backend._engine.writer.run(trace)
 
         def hold(conn: sqlite3.Connection) -> _Done[None]:
             self.opened.wait(30)
             return _Done(None, commit=False)
 
-        held = asyncio.ensure_future(self.backend._write(hold))
+        held = asyncio.ensure_future(self.backend._engine.write(hold))
         while not self._holding():
             await asyncio.sleep(0.001)
         return held
@@ -98,7 +98,7 @@ class Gate:
 
     async def queued(self, count: int) -> None:
         deadline = time.monotonic() + 30
-        while len(self.backend._writer.pending) < count:
+        while len(self.backend._engine.writer.pending) < count:
             assert time.monotonic() < deadline, "the writes never queued up"
             await asyncio.sleep(0.001)
 
@@ -175,7 +175,7 @@ def test_a_job_that_fails_in_a_batch_is_undone_alone(tmp_path: Path) -> None:
                 )
             )
         gate = Gate(backend)
-        answers = await _batched(gate, [commits[0], backend._write(half_done), *commits[1:]])
+        answers = await _batched(gate, [commits[0], backend._engine.write(half_done), *commits[1:]])
         assert gate.begins_after_hold() == 1
         assert isinstance(answers[1], RuntimeError)
         for run, _ in runs:
@@ -262,7 +262,9 @@ def test_a_batch_whose_commit_fails_answers_every_job_with_the_error(tmp_path: P
                 )
             )
         gate = Gate(backend)
-        answers = await _batched(gate, [commits[0], backend._write(abort_everything), commits[1]])
+        answers = await _batched(
+            gate, [commits[0], backend._engine.write(abort_everything), commits[1]]
+        )
         assert not any(isinstance(answer, Run) for answer in answers), answers
         for run, _ in runs:
             stored = await backend.runs.fetch_run(TENANTLESS, run.id)

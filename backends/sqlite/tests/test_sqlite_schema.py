@@ -24,7 +24,9 @@ from docket_sqlite import (
     migrate,
     schema_sql,
 )
-from docket_sqlite.backend import _EXPIRED_SQL, _READY_SQL, list_runs_sql
+from docket_sqlite._runs import EXPIRED_SQL as _EXPIRED_SQL
+from docket_sqlite._runs import READY_SQL as _READY_SQL
+from docket_sqlite._runs import list_runs_sql
 
 from docket.clock import ManualClock
 from docket.contract import (
