@@ -69,7 +69,7 @@ class RedisBackend:
         clock_resync: float = 1.0,
         commit_lanes: int = 2,
     ) -> None:
-        clock, limits, prefix = _checked(clock, limits, prefix)
+        clock, limits = _checked(clock, limits)
         if prefix is not None:
             target = attrs.evolve(target, prefix=prefix)
         self._engine = RedisEngine(
@@ -190,17 +190,13 @@ class RedisBackend:
 _OPTIONS = ("clock", "limits", "prefix", "clock_resync", "commit_lanes")
 
 
-def _checked(
-    clock: object, limits: object, prefix: object
-) -> tuple[Clock | None, Limits | None, str | None]:
+def _checked(clock: object, limits: object) -> tuple[Clock | None, Limits | None]:
     """The options ``from_url`` and the constructor both take, or a ``TypeError``."""
     if clock is not None and not callable(clock):
         raise TypeError("clock must be a callable returning an aware datetime")
     if limits is not None and not isinstance(limits, Limits):
         raise TypeError("limits must be docket.contract.Limits")
-    if prefix is not None and not isinstance(prefix, str):
-        raise TypeError("prefix must be a string")
-    return cast("Clock | None", clock), limits, prefix
+    return cast("Clock | None", clock), limits
 
 
 def _lanes(value: object) -> int:
@@ -223,9 +219,10 @@ def _create(url: str, options: Mapping[str, object]) -> RedisBackend:
             f"{url.partition('://')[0]}:// does not take {', '.join(sorted(unknown))} "
             f"(options: {', '.join(_OPTIONS)})"
         )
-    clock, limits, prefix = _checked(
-        options.get("clock"), options.get("limits"), options.get("prefix")
-    )
+    clock, limits = _checked(options.get("clock"), options.get("limits"))
+    prefix = options.get("prefix")
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError("prefix must be a string")
     return RedisBackend(
         target,
         clock=clock,

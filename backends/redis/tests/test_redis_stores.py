@@ -3,18 +3,21 @@
 ``graphs``/``runs``/``events``/``transitions`` are distinct objects, each implementing
 its own store Protocol and no other's; the optional members sit where
 ``docket/contract/protocols.py`` puts them, so ``negotiate`` and the runtime find them;
-the stores follow the engine across a close and re-open; and every module of the
-package stays small enough to read in one sitting.
+the stores follow the engine across a close and re-open; what the package did twice
+(option checks, the scripts' clock) it does once; and every module of the package stays
+small enough to read in one sitting.
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from importlib import resources
 from pathlib import Path
 
 import docket_redis
-from docket_redis import RedisBackend
+import pytest
+from docket_redis import RedisBackend, parse_url
 from docket_redis.testing import (
     T0,
     RedisServer,
@@ -23,6 +26,7 @@ from docket_redis.testing import (
     start_run,
     with_prefix,
 )
+from docket_redis.transport import SCRIPT_NAMES
 
 from docket.contract import negotiate
 from docket.contract.protocols import (
@@ -88,3 +92,28 @@ def test_every_module_reads_in_one_sitting() -> None:
     }
     too_long = {name: lines for name, lines in sizes.items() if lines > MODULE_LINES}
     assert not too_long, f"split these by concern (at most {MODULE_LINES} lines): {too_long}"
+
+
+def test_the_constructor_and_from_url_check_options_alike() -> None:
+    url = "redis://127.0.0.1:1/0"
+    for bad, message in (
+        ({"clock": 3}, "clock must be a callable"),
+        ({"limits": {}}, "limits must be docket.contract.Limits"),
+    ):
+        with pytest.raises(TypeError, match=message):
+            RedisBackend.from_url(url, **bad)
+        with pytest.raises(TypeError, match=message):
+            RedisBackend(parse_url(url), **bad)
+    with pytest.raises(TypeError, match="prefix must be a string"):
+        RedisBackend.from_url(url, prefix=7)
+    with pytest.raises(ValueError, match="prefix must be a non-empty string"):
+        RedisBackend(parse_url(url), prefix=7)  # type: ignore[arg-type]
+
+
+def test_the_scripts_share_one_clock() -> None:
+    folder = resources.files("docket_redis").joinpath("lua")
+    for name in SCRIPT_NAMES:
+        body = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+        assert "local function clock" not in body, f"{name}.lua defines its own clock()"
+        if "clock(" in body:
+            assert "-- #include clock\n" in body, f"{name}.lua calls clock() without it"
