@@ -242,6 +242,8 @@ factory = BackendFactory(
     "transition",
 )
 
+# all but RedisBackend and factory live in private modules now: re-exported, so their
+# import path from before the split still works
 __all__ = [
     "PIECE_BYTES",
     "SCHEMA_VERSION",
