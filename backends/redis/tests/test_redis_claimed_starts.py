@@ -164,7 +164,7 @@ async def _burst(url: str, prefix: str) -> None:
                 calls.append(backend.transitions.initialize(owner, proposal, events))
             runs.append((owner, run, eager))
         answers = await asyncio.gather(*calls)
-        group = backend._init_group
+        group = backend._engine.starts
         assert group is not None and max(group.batches) > 1, "nothing was grouped"
         assert answers == [run for _, run, _ in runs]
         for owner, run, eager in runs:

@@ -30,9 +30,9 @@ from docket.contract.grouping import GroupCommit
 from docket.records import TENANTLESS, OwnerScope, Run, Tenant
 
 
-def _grouped(backend: RedisBackend, which: str = "_group") -> dict[int, int]:
+def _grouped(backend: RedisBackend, which: str = "commits") -> dict[int, int]:
     """The backend's batches sent by size, asserting some write went with another."""
-    group: GroupCommit[Any, Any] | None = getattr(backend, which)
+    group: GroupCommit[Any, Any] | None = getattr(backend._engine, which)
     assert group is not None
     assert max(group.batches) > 1, f"nothing was grouped: {dict(group.batches)}"
     return dict(group.batches)
@@ -115,7 +115,7 @@ def test_commit_lanes_zero_sends_alone_and_bad_values_are_refused(
 ) -> None:
     async def body() -> None:
         async with opened(redis_single.url, prefix, commit_lanes=0) as backend:
-            assert backend._group is None
+            assert backend._engine.commits is None
             ref = await publish_graph(backend, TENANTLESS)
             run = await start_run(backend, TENANTLESS, "solo", ref)
             batch = await backend.runs.claim_due(
@@ -138,7 +138,7 @@ def _script(body: bytes) -> Script:
 
 async def _pipelined_answers(url: str, prefix: str, ports: list[int]) -> None:
     async with opened(url, prefix) as backend:
-        transport = backend._transport
+        transport = backend._engine.transport
         echo = _script(b"return ARGV[1]")
         failing = _script(b"return redis.error_reply('ERR no such thing')")
         for port in ports:  # never loaded: every pipelined EVALSHA meets NOSCRIPT
@@ -214,7 +214,7 @@ async def _starts(url: str, prefix: str) -> None:
         taken = init_proposal(attrs.evolve(proposal.run, input={"other": 1}), T0)
         calls.append(backend.transitions.initialize(owner, taken, evs))  # same id, other input
         answers = await asyncio.gather(*calls)
-        _grouped(backend, "_init_group")
+        _grouped(backend, "starts")
         for i, (answer, want) in enumerate(zip(answers, expected, strict=False)):
             if i != 4:
                 assert answer == want

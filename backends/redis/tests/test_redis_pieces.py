@@ -89,7 +89,7 @@ def test_a_long_document_is_kept_in_pieces_and_read_whole_everywhere(
             assert not isinstance(info, type(None)) and getattr(info, "run", None) == run
 
             lease = await claim_one(backend, T0)
-            assert await backend.claimed_run(TENANTLESS, "r1", lease.claim_token) == run
+            assert await backend.runs.claimed_run(TENANTLESS, "r1", lease.claim_token) == run
             longer = successor(run, T0, metadata={"log": ["m" * 1024] * 31})
             proposal = claimed(longer, lease.claim_token)
             assert await backend.transitions.commit_claimed(TENANTLESS, proposal, []) == longer
@@ -178,7 +178,7 @@ def test_a_layout_1_namespace_is_refused_until_migrated_then_read_as_it_is(
         async with opened(redis_single.url, prefix, clock=ManualClock(T0)) as backend:
             assert await backend.runs.fetch_run(TENANTLESS, "r1") == run
             lease = await claim_one(backend, T0 + timedelta(seconds=1))
-            assert await backend.claimed_run(TENANTLESS, "r1", lease.claim_token) == run
+            assert await backend.runs.claimed_run(TENANTLESS, "r1", lease.claim_token) == run
             later = successor(run, T0, metadata={"log": ["m" * 1024] * 21})
             answer = await backend.transitions.commit_claimed(
                 TENANTLESS, claimed(later, lease.claim_token), []

@@ -7,12 +7,7 @@
 --
 -- KEYS  1 ready zset   2 claimed zset
 -- ARGV  1 now us ('' = server TIME)   2 orphan TTL us   3 how many of each class
-local function clock(given)
-  if given ~= '' then return tonumber(given), given end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return now, string.format('%.0f', now)
-end
+-- #include clock
 
 local now, now_s = clock(ARGV[1])
 local cutoff = string.format('%.0f', now - tonumber(ARGV[2]))

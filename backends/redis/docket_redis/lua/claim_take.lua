@@ -9,12 +9,7 @@
 -- ARGV  1 now us ('' = server TIME)   2 orphan TTL us   3 max claim attempts
 --       4 poison reason   then (run_id, class 'ready' | 'expired', fresh token) each
 -- #include doc_pieces
-local function clock(given)
-  if given ~= '' then return tonumber(given), given end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return now, string.format('%.0f', now)
-end
+-- #include clock
 
 local now, now_s = clock(ARGV[1])
 local cutoff = now - tonumber(ARGV[2])

@@ -19,12 +19,7 @@
 -- #include doc_pieces
 local STATUS_KEY = {running = 8, waiting = 9, done = 10, failed = 11, cancelled = 12}
 
-local function clock(given)
-  if given ~= '' then return tonumber(given), given end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return now, string.format('%.0f', now)
-end
+-- #include clock
 
 local run = KEYS[1]
 local run_id = ARGV[19]

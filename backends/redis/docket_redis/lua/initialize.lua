@@ -23,11 +23,7 @@
 -- 14 order counter, and ARGV 18 is then the scope's key part; the listing order is
 -- taken here, only once every check has passed.
 -- #include doc_pieces
-local function clock(given)
-  if given ~= '' then return tonumber(given) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+-- #include clock
 
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return {'NOT_FOUND_GRAPH'}

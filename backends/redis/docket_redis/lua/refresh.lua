@@ -2,12 +2,7 @@
 --
 -- KEYS  1 run   2 claimed zset
 -- ARGV  1 token   2 now us ('' = server TIME)   3 run_id
-local function clock(given)
-  if given ~= '' then return tonumber(given), given end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return now, string.format('%.0f', now)
-end
+-- #include clock
 
 local held = redis.call('HMGET', KEYS[1], 'token', 'claimed')
 if not held[1] or held[1] ~= ARGV[1] or not tonumber(held[2]) then

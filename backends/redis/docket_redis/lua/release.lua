@@ -2,12 +2,7 @@
 --
 -- KEYS  1 run   2 ready zset   3 claimed zset
 -- ARGV  1 token   2 now us ('' = server TIME)   3 run_id   4 wake channel
-local function clock(given)
-  if given ~= '' then return tonumber(given), given end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return now, string.format('%.0f', now)
-end
+-- #include clock
 
 local held = redis.call('HGET', KEYS[1], 'token')
 if not held or held ~= ARGV[1] then

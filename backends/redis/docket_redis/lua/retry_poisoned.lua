@@ -3,12 +3,7 @@
 -- KEYS  1 run   2 ready zset   3 claimed zset
 -- ARGV  1 now us ('' = server TIME)   2 run_id   3 wake channel
 -- #include doc_pieces
-local function clock(given)
-  if given ~= '' then return tonumber(given), given end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return now, string.format('%.0f', now)
-end
+-- #include clock
 
 local stored = redis.call('HMGET', KEYS[1], 'cseq', 'status', 'poisoned')  -- cseq: it exists
 if not stored[1] then

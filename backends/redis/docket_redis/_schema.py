@@ -1,0 +1,64 @@
+"""The key layout's version: recorded in a new namespace, checked at open, migrated.
+
+Redis has no DDL; the layout version lives in ``<prefix>:schema``. A namespace written
+by a newer release is refused untouched (``SchemaTooNew``), an older one until
+``docket migrate`` (``SchemaTooOld``).
+"""
+
+from __future__ import annotations
+
+from docket_redis._codec import text
+from docket_redis._engine import RedisEngine
+from docket_redis.errors import SchemaTooNew, SchemaTooOld, corrupt
+
+#: The version of the key layout this release reads and writes.
+SCHEMA_VERSION = 2  # 2: long run documents in pieces (lua/doc_pieces.lua)
+
+
+async def check_schema(engine: RedisEngine) -> None:
+    """Record the layout version in a new namespace; refuse a newer one untouched."""
+    key = engine.ns.schema
+    stored = await engine.transport.command(key, "GET", key)
+    if stored is None:
+        await engine.transport.command(key, "SET", key, str(SCHEMA_VERSION), "NX")
+        stored = await engine.transport.command(key, "GET", key)
+    try:
+        found = int(text(stored))
+    except (TypeError, ValueError) as exc:
+        raise corrupt(f"{key} holds {stored!r}, not a layout version") from exc
+    if found > SCHEMA_VERSION:
+        raise SchemaTooNew(engine.describe(), found, SCHEMA_VERSION)
+    if found < SCHEMA_VERSION:
+        raise SchemaTooOld(engine.describe(), found, SCHEMA_VERSION)
+
+
+async def schema_versions(engine: RedisEngine) -> tuple[int | None, int]:
+    """``(stored, supported)`` layout versions; ``stored`` is ``None`` for a namespace
+    no backend has opened yet. Reads only."""
+    stored = await engine.transport.command(engine.ns.schema, "GET", engine.ns.schema)
+    return (None if stored is None else int(text(stored))), SCHEMA_VERSION
+
+
+async def migrate(engine: RedisEngine) -> tuple[int | None, int]:
+    """Bring the namespace to the current layout; returns ``(from, to)``.
+
+    Records the layout in a new namespace and refuses (unchanged) one written by a
+    newer release. Layout 2 keeps long run documents in pieces; a layout-1 document
+    (whole in ``doc``) reads as one piece, so 1 → 2 rewrites no data: it records the
+    new version, after which layout-1 code refuses the namespace. Stop workers of
+    the old release first: one still running would write whole documents beside
+    pieces it does not know of.
+    """
+    found, current = await schema_versions(engine)
+    key = engine.ns.schema
+    if found is not None and found < SCHEMA_VERSION:
+        # Only from the version just read: a concurrent migrate or a newer release
+        # leaves the key as it found it.
+        await engine.eval("set_layout", [key], [str(found), str(SCHEMA_VERSION)])
+    await check_schema(engine)
+    return found, current
+
+
+def schema_sql(engine: RedisEngine) -> str:
+    """What :func:`migrate` writes to an empty namespace (Redis has no DDL)."""
+    return f"SET {engine.ns.schema} {SCHEMA_VERSION} NX"
