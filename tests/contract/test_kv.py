@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from docket_contract_tests.fixtures import graph_document, graph_ref, init_proposal, new_run
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from docket.contract import ClaimBatch, ClaimPolicy, Retryable
@@ -90,17 +90,20 @@ ids = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=20)
 moments = st.datetimes(timezones=st.just(UTC))
 
 
+@settings(deadline=None)  # a loaded machine must not fail it on time
 @given(ids, ids)
 def test_text_components_sort_as_the_strings_do(a: str, b: str) -> None:
     assert (text(a) < text(b)) == (a < b)
     assert untext(text(a)) == a
 
 
+@settings(deadline=None)
 @given(moments, moments)
 def test_times_sort_as_the_instants_do_before_and_after_1970(a: datetime, b: datetime) -> None:
     assert (time8(a) < time8(b)) == (a < b)
 
 
+@settings(deadline=None)
 @given(moments, ids, moments, ids)
 def test_index_keys_sort_as_select_claims_orders(
     t1: datetime, r1: str, t2: datetime, r2: str

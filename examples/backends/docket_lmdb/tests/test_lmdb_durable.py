@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -140,7 +141,9 @@ def test_an_acknowledged_start_survives_a_sigkill(tmp_path: Path) -> None:
         text=True,
     )
     assert child.stdout is not None and child.stderr is not None
-    line = child.stdout.readline()  # the start was acknowledged
+    # wait for the acknowledgement (or the child's end), never forever
+    ready, _, _ = select.select([child.stdout], [], [], 180)
+    line = child.stdout.readline() if ready else ""
     os.kill(child.pid, signal.SIGKILL)
     code = child.wait(timeout=60)
     stderr = child.stderr.read()
