@@ -15,15 +15,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
+import attrs
 import pytest
 from docket_contract_tests.fixtures import graph_document, graph_ref, init_proposal, new_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from docket.contract import ClaimBatch, ClaimPolicy, Retryable
+from docket.contract import AbandonPolicy, Backoff, ClaimBatch, ClaimPolicy, Retryable
 from docket.contract.errors import PermanentStoreError, RetryableStoreError
 from docket.contract.kv import KVBackend, KVConflict, kv_options
 from docket.contract.kv._keys import LAYOUT_KEY, run_handle, text, time8, untext
+from docket.contract.queries import abandon_wake
 from docket.records import TENANTLESS, GraphVersion, OwnerScope, Run, Tenant
 
 T0 = datetime(2026, 7, 15, 12, tzinfo=UTC)
@@ -216,3 +218,15 @@ def test_same_run_id_in_several_owners_due_at_once_is_claimed_in_tenant_order() 
         return order
 
     assert asyncio.run(main()) == [None, "a", "b"]
+
+
+def test_an_abandon_wakes_at_retry_at_or_on_the_doubling_backoff() -> None:
+    """``abandon_wake`` is the one statement of the formula memory and the adapter use."""
+    retry_at = T0 + timedelta(seconds=5)
+    backoff = Backoff(base=timedelta(seconds=1), cap=timedelta(seconds=60))
+    plain = AbandonPolicy(expected_checkpoint_seq=1, retry_at=retry_at, max_claim_abandons=3)
+    assert abandon_wake(plain, 4, T0) == retry_at
+    gentle = attrs.evolve(plain, non_poisoning=True, backoff=backoff)
+    waits = [abandon_wake(gentle, n, T0) - T0 for n in (0, 1, 2, 5, 6, 10_000)]
+    assert waits == [timedelta(seconds=s) for s in (1, 2, 4, 32, 60, 60)]
+    assert abandon_wake(attrs.evolve(plain, non_poisoning=True), 3, T0) == retry_at

@@ -64,7 +64,7 @@ from docket.contract.proposals import (
     PoisonedClaim,
     RetainClaim,
 )
-from docket.contract.queries import select_claims
+from docket.contract.queries import abandon_wake, select_claims
 from docket.contract.validate import (
     Replay,
     ValidTransition,
@@ -339,10 +339,7 @@ def abandon_claim(
         tx.save(handle, head, before)
         return Poisoned(now, POISON_MAX_ABANDONS)
     head.claim_abandons = old + 1
-    if policy.non_poisoning and policy.backoff is not None:
-        head.wake_at = now + min(policy.backoff.base * 2 ** min(old, 30), policy.backoff.cap)
-    else:
-        head.wake_at = utc(policy.retry_at)
+    head.wake_at = abandon_wake(policy, old, now)
     tx.save(handle, head, before)
     tx.announce = True
     return Rescheduled(head.wake_at)
