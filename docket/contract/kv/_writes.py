@@ -179,14 +179,14 @@ def commit(tx: Tx, owner: OwnerScope, valid: ValidTransition, now: datetime) -> 
     if not isinstance(split, tuple):
         return split
     new, old = split
-    # Stored events keep the SHA-256 of their content, so compare digests with digests.
-    hashed = attrs.evolve(
-        valid, event_contents=tuple(hashlib.sha256(c).digest() for c in valid.event_contents)
-    )
-    for index in old:
-        stored_event = tx.get(EVENT + handle + seq8(valid.events[index].seq))
-        if not compare_event(stored_event[:32] if stored_event else None, hashed, index):
-            return EventConflict(valid.events[index].seq)
+    if old:  # stored events keep the SHA-256 of their content: compare digest to digest
+        hashed = attrs.evolve(
+            valid, event_contents=tuple(hashlib.sha256(c).digest() for c in valid.event_contents)
+        )
+        for index in old:
+            stored_event = tx.get(EVENT + handle + seq8(valid.events[index].seq))
+            if not compare_event(stored_event[:32] if stored_event else None, hashed, index):
+                return EventConflict(valid.events[index].seq)
     before = index_keys(handle, head)
     head.advance(valid.run, valid.checkpoint_type)
     if isinstance(valid.schedule, RetainClaim):
