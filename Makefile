@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-PACKAGES := -e '.[test,otel,ui]' -e ./contract_tests -e ./backends/sqlite -e ./backends/postgres -e ./backends/redis
+PACKAGES := -e '.[test,otel,ui]' -e ./contract_tests -e ./backends/sqlite -e ./backends/postgres -e ./backends/redis -e ./examples/backends/docket_lmdb
 
 .PHONY: venv demo test lint typecheck unit kit negative services clean chaos
 
@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml contract_tests/pyproject.toml backends/*/pyproject.toml
+$(STAMP): $(BIN)/python pyproject.toml contract_tests/pyproject.toml backends/*/pyproject.toml examples/backends/*/pyproject.toml
 	$(BIN)/python -m pip install --quiet $(PACKAGES)
 	touch $(STAMP)
 

@@ -68,6 +68,7 @@ from docket.contract.proposals import (
     UnclaimedProposal,
 )
 from docket.contract.queries import (
+    abandon_wake,
     check_abandon_policy,
     check_claim_policy,
     check_event_query,
@@ -521,11 +522,7 @@ class MemoryBackend:
                 self._poison(row, now, POISON_MAX_ABANDONS)
                 return Poisoned(now, POISON_MAX_ABANDONS)
             row.claim_abandons = old + 1
-            if policy.non_poisoning and policy.backoff is not None:
-                delay = min(policy.backoff.base * 2 ** min(old, 30), policy.backoff.cap)
-                row.wake_at = now + delay
-            else:
-                row.wake_at = utc(policy.retry_at)
+            row.wake_at = abandon_wake(policy, old, now)
             self._notify()
             return Rescheduled(row.wake_at)
 

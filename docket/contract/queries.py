@@ -20,6 +20,7 @@ from docket.contract.proposals import (
     RunListQuery,
 )
 from docket.records import DURABLE_STATUSES, GraphVersionCursor, RunCursor
+from docket.values import utc
 
 
 def _positive(name: str, value: object) -> None:
@@ -102,6 +103,19 @@ def check_graph_query(query: GraphListQuery) -> None:
         raise TypeError("before must be a GraphVersionCursor or None")
 
 
+def abandon_wake(policy: AbandonPolicy, abandons: int, now: datetime) -> datetime:
+    """When a run handed back by ``abandon_claim`` (not poisoned) is due again.
+
+    ``abandons`` is the run's count before this hand-back. With ``non_poisoning`` and a
+    ``backoff``: ``now + min(base * 2**abandons, cap)`` (the exponent stops at 30, so
+    the product stays in range); otherwise ``retry_at``.
+    """
+    backoff = policy.backoff
+    if policy.non_poisoning and backoff is not None:
+        return now + min(backoff.base * (1 << min(abandons, 30)), backoff.cap)
+    return utc(policy.retry_at)
+
+
 C = TypeVar("C", bound=tuple[datetime, str, str | None])
 
 
@@ -138,6 +152,7 @@ def select_claims(
 
 
 __all__ = [
+    "abandon_wake",
     "check_abandon_policy",
     "check_claim_policy",
     "check_event_query",
