@@ -37,6 +37,7 @@ from docket.contract import (
     StaleAbandon,
 )
 from docket.contract.queries import (
+    abandon_wake,
     check_abandon_policy,
     check_claim_policy,
     check_run_query,
@@ -56,7 +57,7 @@ from docket.records import (
     require_scope,
     run_from_json,
 )
-from docket.values import from_micros, to_micros, utc
+from docket.values import from_micros, to_micros
 from docket_sqlite._engine import Engine
 from docket_sqlite._rows import (
     optional_time,
@@ -288,10 +289,7 @@ class SQLiteRunStore:
                     (attempts, to_micros(now), POISON_MAX_ABANDONS, key, run_id),
                 )
                 return Done(Poisoned(now, POISON_MAX_ABANDONS))
-            if policy.non_poisoning and policy.backoff is not None:
-                wake = now + min(policy.backoff.base * 2 ** min(old, 30), policy.backoff.cap)
-            else:
-                wake = utc(policy.retry_at)
+            wake = abandon_wake(policy, old, now)
             conn.execute(
                 "UPDATE docket_runs SET claim_token = NULL, claimed_at_us = NULL, "
                 "wake_at_us = ?, claim_attempts = ?, claim_abandons = ? "
