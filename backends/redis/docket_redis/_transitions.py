@@ -32,6 +32,7 @@ from docket.contract import (
     Immediate,
     InitProposal,
     InvalidTransition,
+    Limits,
     NotFound,
     Permanent,
     RetainClaim,
@@ -39,20 +40,15 @@ from docket.contract import (
     StaleCheckpoint,
     Terminal,
     TransitionResult,
-    UnclaimedProposal,
 )
 from docket.contract.grouping import commit_claimed_in_order
 from docket.contract.validate import (
-    ValidationResult,
     ValidTransition,
     check_identity,
     check_replay,
     split_events,
-    validate_commit_claimed,
-    validate_commit_unclaimed,
-    validate_initialize,
-    validate_initialize_claimed,
 )
+from docket.contract.writes import ValidatedTransitions
 from docket.records import Event, OwnerScope, Run, RunStatus, run_from_json
 from docket.values import from_micros, to_micros
 from docket_redis._codec import code, encode_summary, text
@@ -86,37 +82,27 @@ def _event_args(valid: ValidTransition) -> list[str | bytes]:
     return out
 
 
-class RedisTransitions:
+class RedisTransitions(ValidatedTransitions):
     """The three atomic, all-or-nothing writes of run state, plus claimed starts and
     chained commits."""
 
     def __init__(self, engine: RedisEngine) -> None:
         self._engine = engine
 
-    async def initialize(
-        self, owner: OwnerScope, proposal: InitProposal, events: Sequence[Event]
-    ) -> TransitionResult:
-        valid = validate_initialize(owner, proposal, events, self._engine.limits)
-        return await self._initialize(owner, proposal, valid)
+    @property
+    def limits(self) -> Limits:
+        return self._engine.limits
 
-    async def initialize_claimed(
-        self,
-        owner: OwnerScope,
-        proposal: InitProposal,
-        events: Sequence[Event],
-        claim_token: str,
-    ) -> TransitionResult:
-        """``ClaimedStarts``: the run is written as ``claim_take`` would lease it to
-        ``claim_token`` at ``proposal.wake_at`` (the same script as ``initialize``)."""
-        limits = self._engine.limits
-        valid = validate_initialize_claimed(owner, proposal, events, claim_token, limits)
-        return await self._initialize(owner, proposal, valid)
+    async def commit_claimed_chain(
+        self, owner: OwnerScope, commits: Sequence[tuple[ClaimedProposal, Sequence[Event]]]
+    ) -> list[TransitionResult]:
+        """``ChainedCommits``: the group commit sends scripts queued in one turn as one
+        pipeline, run in order."""
+        return await commit_claimed_in_order(self, owner, commits)
 
-    async def _initialize(
-        self, owner: OwnerScope, proposal: InitProposal, valid: ValidationResult
+    async def _publish_start(
+        self, owner: OwnerScope, proposal: InitProposal, valid: ValidTransition
     ) -> TransitionResult:
-        if not isinstance(valid, ValidTransition):
-            return valid
         engine = self._engine
         ns = engine.ns
         scope = ns.scope(owner)
@@ -185,36 +171,7 @@ class RedisTransitions:
             return Conflict(f"run {run.id!r} already exists")
         return _answer(answer, reply, proposal.transition_id, valid)
 
-    async def commit_claimed(
-        self, owner: OwnerScope, proposal: ClaimedProposal, events: Sequence[Event]
-    ) -> TransitionResult:
-        valid = validate_commit_claimed(owner, proposal, events, self._engine.limits)
-        if not isinstance(valid, ValidTransition):
-            return valid
-        return await self._commit(owner, valid)
-
-    async def commit_claimed_chain(
-        self, owner: OwnerScope, commits: Sequence[tuple[ClaimedProposal, Sequence[Event]]]
-    ) -> list[TransitionResult]:
-        """``ChainedCommits``: the group commit sends scripts queued in one turn as one
-        pipeline, run in order."""
-        return await commit_claimed_in_order(self, owner, commits)
-
-    async def commit_unclaimed(
-        self,
-        owner: OwnerScope,
-        expected_checkpoint_seq: int,
-        proposal: UnclaimedProposal,
-        events: Sequence[Event],
-    ) -> TransitionResult:
-        valid = validate_commit_unclaimed(
-            owner, expected_checkpoint_seq, proposal, events, self._engine.limits
-        )
-        if not isinstance(valid, ValidTransition):
-            return valid
-        return await self._commit(owner, valid)
-
-    async def _commit(self, owner: OwnerScope, valid: ValidTransition) -> TransitionResult:
+    async def _publish_commit(self, owner: OwnerScope, valid: ValidTransition) -> TransitionResult:
         transition_id, token = valid.transition_id, valid.claim_token
         expected, schedule = valid.expected_checkpoint_seq, valid.schedule
         checkpoint_type = valid.checkpoint_type
@@ -275,7 +232,7 @@ class RedisTransitions:
             return valid.run  # what was just stored, checked durable: no decode
         if answer == "REPATCH":  # the pieces it was sent against are not the stored ones
             documents.forget(scope.part, run.id)
-            return await self._commit(owner, valid)
+            return await self._publish_commit(owner, valid)
         if answer == "NOT_FOUND":
             return NotFound()
         if answer == "STALE":

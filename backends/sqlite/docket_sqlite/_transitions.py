@@ -26,6 +26,7 @@ from docket.contract import (
     External,
     Immediate,
     InitProposal,
+    Limits,
     NotFound,
     Permanent,
     RetainClaim,
@@ -34,22 +35,17 @@ from docket.contract import (
     Terminal,
     TransitionError,
     TransitionResult,
-    UnclaimedProposal,
 )
 from docket.contract.grouping import commit_claimed_in_order
 from docket.contract.validate import (
     Replay,
-    ValidationResult,
     ValidTransition,
     check_identity,
     check_replay,
     compare_event,
     split_events,
-    validate_commit_claimed,
-    validate_commit_unclaimed,
-    validate_initialize,
-    validate_initialize_claimed,
 )
+from docket.contract.writes import ValidatedTransitions
 from docket.records import Event, OwnerScope, RecordDecodeError, Run, RunStatus, run_from_json
 from docket.values import from_micros, to_micros
 from docket_sqlite._engine import Engine
@@ -60,36 +56,15 @@ from docket_sqlite._threads import Done
 _Job = Callable[[sqlite3.Connection], Done[Run | bytes | TransitionError]]
 
 
-class SQLiteTransitionStore:
+class SQLiteTransitionStore(ValidatedTransitions):
     """The atomic writes of run state (``SQLiteBackend.transitions``)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    async def initialize(
-        self, owner: OwnerScope, proposal: InitProposal, events: Sequence[Event]
-    ) -> TransitionResult:
-        valid = validate_initialize(owner, proposal, events, self._engine.limits)
-        return await self._initialize(owner, proposal, valid)
-
-    async def initialize_claimed(
-        self,
-        owner: OwnerScope,
-        proposal: InitProposal,
-        events: Sequence[Event],
-        claim_token: str,
-    ) -> TransitionResult:
-        """``ClaimedStarts``: the run is written claimed by ``claim_token`` (claimed at
-        ``proposal.wake_at``, one claim attempt, no wake, nothing announced)."""
-        limits = self._engine.limits
-        valid = validate_initialize_claimed(owner, proposal, events, claim_token, limits)
-        return await self._initialize(owner, proposal, valid)
-
-    async def commit_claimed(
-        self, owner: OwnerScope, proposal: ClaimedProposal, events: Sequence[Event]
-    ) -> TransitionResult:
-        valid = validate_commit_claimed(owner, proposal, events, self._engine.limits)
-        return await self._commit(owner, valid)
+    @property
+    def limits(self) -> Limits:
+        return self._engine.limits
 
     async def commit_claimed_chain(
         self, owner: OwnerScope, commits: Sequence[tuple[ClaimedProposal, Sequence[Event]]]
@@ -97,25 +72,11 @@ class SQLiteTransitionStore:
         """``ChainedCommits``: its one writer applies queued writes in the order they came."""
         return await commit_claimed_in_order(self, owner, commits)
 
-    async def commit_unclaimed(
-        self,
-        owner: OwnerScope,
-        expected_checkpoint_seq: int,
-        proposal: UnclaimedProposal,
-        events: Sequence[Event],
-    ) -> TransitionResult:
-        valid = validate_commit_unclaimed(
-            owner, expected_checkpoint_seq, proposal, events, self._engine.limits
-        )
-        return await self._commit(owner, valid)
-
     # -- the two writes ---------------------------------------------------------------------
 
-    async def _initialize(
-        self, owner: OwnerScope, proposal: InitProposal, valid: ValidationResult
+    async def _publish_start(
+        self, owner: OwnerScope, proposal: InitProposal, valid: ValidTransition
     ) -> TransitionResult:
-        if not isinstance(valid, ValidTransition):
-            return valid
         engine = self._engine
         key = tenant_key(owner)
         run = valid.run
@@ -180,9 +141,7 @@ class SQLiteTransitionStore:
 
         return await self._transition(job)
 
-    async def _commit(self, owner: OwnerScope, valid: ValidationResult) -> TransitionResult:
-        if not isinstance(valid, ValidTransition):
-            return valid
+    async def _publish_commit(self, owner: OwnerScope, valid: ValidTransition) -> TransitionResult:
         engine = self._engine
         transition_id, token = valid.transition_id, valid.claim_token
         expected, schedule = valid.expected_checkpoint_seq, valid.schedule

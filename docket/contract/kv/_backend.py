@@ -47,7 +47,6 @@ from docket.contract.proposals import (
     GraphListQuery,
     InitProposal,
     RunListQuery,
-    UnclaimedProposal,
 )
 from docket.contract.queries import (
     check_abandon_policy,
@@ -58,14 +57,10 @@ from docket.contract.queries import (
     check_seq,
 )
 from docket.contract.validate import (
-    ValidationResult,
     ValidTransition,
-    validate_commit_claimed,
-    validate_commit_unclaimed,
     validate_graph_save,
-    validate_initialize,
-    validate_initialize_claimed,
 )
+from docket.contract.writes import ValidatedTransitions
 from docket.records import (
     Event,
     EventPage,
@@ -142,7 +137,7 @@ def _id(name: str, value: object) -> str:
     return value
 
 
-class KVBackend:
+class KVBackend(ValidatedTransitions):
     """The whole contract over one :class:`KVStore`.
 
     ``open_store`` opens the store (called by :meth:`open`, on a worker thread);
@@ -408,56 +403,23 @@ class KVBackend:
 
     # -- transitions ------------------------------------------------------------------
 
-    async def initialize(
-        self, owner: OwnerScope, proposal: InitProposal, events: Sequence[Event]
-    ) -> TransitionResult:
-        valid = validate_initialize(owner, proposal, events, self._limits)
-        return await self._initialize(owner, valid)
+    @property
+    def limits(self) -> Limits:
+        return self._limits
 
-    async def initialize_claimed(
-        self,
-        owner: OwnerScope,
-        proposal: InitProposal,
-        events: Sequence[Event],
-        claim_token: str,
+    async def _publish_start(
+        self, owner: OwnerScope, proposal: InitProposal, valid: ValidTransition
     ) -> TransitionResult:
-        """``ClaimedStarts``: the run is written claimed by ``claim_token``."""
-        valid = validate_initialize_claimed(owner, proposal, events, claim_token, self._limits)
-        return await self._initialize(owner, valid)
-
-    async def _initialize(self, owner: OwnerScope, valid: ValidationResult) -> TransitionResult:
-        if not isinstance(valid, ValidTransition):
-            return valid
         return await self._outcome(lambda tx: writes.initialize(tx, owner, valid, self._now(None)))
 
-    async def commit_claimed(
-        self, owner: OwnerScope, proposal: ClaimedProposal, events: Sequence[Event]
-    ) -> TransitionResult:
-        valid = validate_commit_claimed(owner, proposal, events, self._limits)
-        return await self._commit(owner, valid)
+    async def _publish_commit(self, owner: OwnerScope, valid: ValidTransition) -> TransitionResult:
+        return await self._outcome(lambda tx: writes.commit(tx, owner, valid, self._now(None)))
 
     async def commit_claimed_chain(
         self, owner: OwnerScope, commits: Sequence[tuple[ClaimedProposal, Sequence[Event]]]
     ) -> list[TransitionResult]:
         """``ChainedCommits``: the one writer thread applies them in the order sent."""
         return await commit_claimed_in_order(self, owner, commits)
-
-    async def commit_unclaimed(
-        self,
-        owner: OwnerScope,
-        expected_checkpoint_seq: int,
-        proposal: UnclaimedProposal,
-        events: Sequence[Event],
-    ) -> TransitionResult:
-        valid = validate_commit_unclaimed(
-            owner, expected_checkpoint_seq, proposal, events, self._limits
-        )
-        return await self._commit(owner, valid)
-
-    async def _commit(self, owner: OwnerScope, valid: ValidationResult) -> TransitionResult:
-        if not isinstance(valid, ValidTransition):
-            return valid
-        return await self._outcome(lambda tx: writes.commit(tx, owner, valid, self._now(None)))
 
 
 def kv_options(
