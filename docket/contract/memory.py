@@ -20,6 +20,7 @@ import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import assert_never
 
 import attrs
 
@@ -689,6 +690,8 @@ class MemoryBackend:
                 row.wake_at = utc(moment)
             case External() | Terminal():
                 row.wake_at = None
+            case _:
+                assert_never(schedule.wake)
         self._notify_if_due(row.wake_at)
 
 

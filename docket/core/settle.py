@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import assert_never
 
 import attrs
 
@@ -123,6 +124,8 @@ def settle(
                     retried.append((activation, failure(activation, reason, outcome)))
                 else:
                     permanent.append(failure(activation, reason, outcome))
+            case _:
+                assert_never(outcome)
 
     requests = [w for w in (*run.pending_writes, *writes) if w.kind is WriteKind.INTERRUPT]
     twice = duplicate_ids([w.value for w in requests])
