@@ -26,19 +26,13 @@ import reprlib
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar, assert_never, cast
 
 import attrs
 
+from docket import errors
+from docket.contract import errors as contract
 from docket.contract.capabilities import BackendContractError, Capabilities, Feature, negotiate
-from docket.contract.errors import (
-    CorruptEventRow,
-    CorruptGraph,
-    InactiveRun,
-    NotFound,
-    Retryable,
-    TransitionResult,
-)
 from docket.contract.proposals import (
     ClaimBatch,
     ClaimPolicy,
@@ -74,12 +68,6 @@ from docket.errors import (
     from_contract,
     from_core,
 )
-from docket.errors import (
-    InactiveRun as InactiveRunError,
-)
-from docket.errors import (
-    NotFound as NotFoundError,
-)
 from docket.graph.compiler import (
     RuntimeGraph,
     compile_graph,
@@ -110,7 +98,7 @@ from docket.records import (
     tenant_id_of,
 )
 from docket.runtime.drain import Drainer, DrainOutcome, host_limits
-from docket.runtime.graphs import GraphCache, GraphProblem
+from docket.runtime.graphs import GraphCache
 from docket.runtime.lifecycle import (
     CommitContext,
     CommitPolicy,
@@ -399,7 +387,7 @@ class Docket:
         self._ready()
         _check_ref(ref)
         document = await self._store.graphs.fetch_graph(owner, ref)
-        if isinstance(document, NotFound | CorruptGraph):
+        if isinstance(document, contract.NotFound | contract.CorruptGraph):
             raise from_contract(document, subject=f"graph {ref.graph_id!r} ({ref.graph_hash[:12]})")
         try:
             return graph_from_effective_document(document)
@@ -413,7 +401,7 @@ class Docket:
         if not isinstance(graph_id, str) or not graph_id:
             raise InvalidOptions("graph_id must be a non-empty string")
         found = await self._store.graphs.fetch_latest_graph_ref(owner, graph_id)
-        if isinstance(found, NotFound):
+        if isinstance(found, contract.NotFound):
             raise from_contract(found, subject=f"graph {graph_id!r}")
         return found
 
@@ -441,7 +429,7 @@ class Docket:
             if not graph:
                 raise InvalidOptions("a graph id must be a non-empty string")
             found = await self._store.graphs.fetch_latest_graph_ref(owner, graph)
-            if isinstance(found, NotFound):
+            if isinstance(found, contract.NotFound):
                 raise from_contract(found, subject=f"graph {graph!r}")
             return found
         _check_ref(graph)
@@ -452,14 +440,17 @@ class Docket:
         if isinstance(compiled, RuntimeGraph):
             return compiled
         about = f"{ref.graph_id} ({ref.graph_hash[:12]})"
-        match compiled:
-            case GraphProblem(kind="missing"):
-                raise NotFoundError(f"no such graph {about}", details={"what": "graph"})
-            case GraphProblem(kind="mismatch"):
+        match compiled.kind:
+            case "missing":
+                raise errors.NotFound(f"no such graph {about}", details={"what": "graph"})
+            case "mismatch":
                 raise GraphMismatch(compiled.message, details=compiled.details())
-            case GraphProblem(kind="corrupt"):
+            case "corrupt":
                 raise CorruptData(compiled.message)
-        raise InvalidGraph(compiled.message, details=compiled.details())
+            case "invalid":
+                raise InvalidGraph(compiled.message, details=compiled.details())
+            case _:
+                assert_never(compiled.kind)
 
     # -- runs: writes ------------------------------------------------------------------------
 
@@ -520,7 +511,7 @@ class Docket:
                     eager[1].initialize_claimed, owner, proposal, moment.events, token
                 )
             try:
-                stored: TransitionResult = await commit(
+                stored: contract.TransitionResult = await commit(
                     write, self._policy, what=f"start of run {created.id}"
                 )
             except BaseException:
@@ -627,7 +618,7 @@ class Docket:
         self._ready()
         _check_id("run_id", run_id)
         answer = await self._store.runs.retry_poisoned_run(owner, run_id)
-        if isinstance(answer, NotFound | InactiveRun):
+        if isinstance(answer, contract.NotFound | contract.InactiveRun):
             raise from_contract(answer, subject=f"run {run_id!r}")
         return answer
 
@@ -656,7 +647,7 @@ class Docket:
             raise from_core(bad)
         # one read answers both questions: the run's status and whether it is poisoned
         found = await self._store.runs.inspect_run(owner, run_id)
-        if isinstance(found, NotFound):
+        if isinstance(found, contract.NotFound):
             raise from_contract(found, subject=f"run {run_id!r}")
         current = found.run
         if current.status is RunStatus.FAILED:
@@ -672,7 +663,7 @@ class Docket:
                 owner, run_id, lambda run, now: reopen_failed_run(run, reason=reason, now=now)
             )
         if current.status.terminal:
-            raise InactiveRunError(
+            raise errors.InactiveRun(
                 f"run {run_id!r} is {current.status} and cannot be retried",
                 phase="retry",
                 details={"status": str(current.status)},
@@ -685,7 +676,7 @@ class Docket:
                 details={"status": str(found.run.status)},
             )
         answer = await self._store.runs.retry_poisoned_run(owner, run_id)
-        if isinstance(answer, NotFound | InactiveRun):
+        if isinstance(answer, contract.NotFound | contract.InactiveRun):
             raise from_contract(answer, subject=f"run {run_id!r}")
         return answer
 
@@ -693,7 +684,7 @@ class Docket:
 
     async def _fetch(self, owner: OwnerScope, run_id: str) -> Run:
         found = await self._store.runs.fetch_run(owner, run_id)
-        if isinstance(found, NotFound):
+        if isinstance(found, contract.NotFound):
             raise from_contract(found, subject=f"run {run_id!r}")
         return found
 
@@ -710,7 +701,7 @@ class Docket:
         self._ready()
         _check_id("run_id", run_id)
         found = await self._store.runs.inspect_run(owner, run_id)
-        if isinstance(found, NotFound):
+        if isinstance(found, contract.NotFound):
             raise from_contract(found, subject=f"run {run_id!r}")
         return found
 
@@ -737,7 +728,7 @@ class Docket:
         deadline = time.monotonic() + timeout
         while True:
             info = await self._store.runs.inspect_run(owner, run_id)
-            if isinstance(info, NotFound):
+            if isinstance(info, contract.NotFound):
                 raise from_contract(info, subject=f"run {run_id!r}")
             if info.poisoned:
                 raise RunPoisoned(
@@ -812,7 +803,7 @@ class Docket:
         page = await self._store.events.list_events(
             owner, run_id, EventListQuery(after_seq=after_seq, limit=limit)
         )
-        if isinstance(page, NotFound | CorruptEventRow):
+        if isinstance(page, contract.NotFound | contract.CorruptEventRow):
             raise from_contract(page, subject=f"run {run_id!r}")
         return page
 
@@ -891,7 +882,7 @@ class Docket:
             end_claim_span(span, batch, 1)
             for poisoned_claim in batch.poisoned if isinstance(batch, ClaimBatch) else ():
                 report_poisoned(self.telemetry, poisoned_claim)
-            if isinstance(batch, Retryable):
+            if isinstance(batch, contract.Retryable):
                 await asyncio.sleep(settings.commit_backoff)
                 continue
             if not isinstance(batch, ClaimBatch):

@@ -10,7 +10,7 @@ import pytest
 
 from docket.contract import Immediate, StaleCheckpoint
 from docket.core import Dispatch, Park, ParkReason, advance, cancel_run, unclaimed_proposal
-from docket.core.errors import InactiveRun, InvalidInput, InvalidRun, NotRetryable
+from docket.core.errors import InvalidInput, NotRetryable, TerminalRun, UnusableRun
 from docket.core.finish import AttemptFailure, superstep_failure
 from docket.core.moment import Moment
 from docket.core.reopen import MAX_REASON_CHARS, reopen_failed_run
@@ -87,16 +87,16 @@ def test_only_a_failed_run_reopens() -> None:
     done = inline(fx.minimal_linear(), {"value": "v"}).run
     assert done.status is RunStatus.DONE
     refused = reopen_failed_run(done, reason=None, now=now)
-    assert isinstance(refused, InactiveRun) and "done" in refused.message
+    assert isinstance(refused, TerminalRun) and "done" in refused.message
     running = attrs.evolve(failed, status=RunStatus.RUNNING, failure=None, finished_at=None)
     cancelled = cancel_run(running, now=now)
     assert not isinstance(cancelled, Exception) and hasattr(cancelled, "run")
-    assert isinstance(reopen_failed_run(cancelled.run, reason=None, now=now), InactiveRun)
+    assert isinstance(reopen_failed_run(cancelled.run, reason=None, now=now), TerminalRun)
     not_failed = reopen_failed_run(running, reason=None, now=now)
     assert isinstance(not_failed, NotRetryable)
     assert not_failed.details == {"status": "running"}
     created = attrs.evolve(running, status=RunStatus.CREATED)
-    assert isinstance(reopen_failed_run(created, reason=None, now=now), InvalidRun)
+    assert isinstance(reopen_failed_run(created, reason=None, now=now), UnusableRun)
     waiting = attrs.evolve(running, status=RunStatus.WAITING)
     assert isinstance(reopen_failed_run(waiting, reason=None, now=now), NotRetryable)
 
