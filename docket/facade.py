@@ -385,7 +385,7 @@ class Docket:
         """The stored effective graph of ``ref``."""
         owner = self._owner(tenant_id)
         self._ready()
-        _check_ref(ref)
+        _require_ref(ref)
         document = await self._store.graphs.fetch_graph(owner, ref)
         if isinstance(document, contract.NotFound | contract.CorruptGraph):
             raise from_contract(document, subject=f"graph {ref.graph_id!r} ({ref.graph_hash[:12]})")
@@ -418,7 +418,7 @@ class Docket:
         self._ready()
         if not isinstance(graph_id, str) or not graph_id:
             raise InvalidOptions("graph_id must be a non-empty string")
-        _check_limit(limit)
+        _require_limit(limit)
         if before is not None and not isinstance(before, GraphVersionCursor):
             raise InvalidOptions("before must be a GraphVersionCursor (a page's next_before)")
         query = GraphListQuery(limit=limit, before=before)
@@ -432,7 +432,7 @@ class Docket:
             if isinstance(found, contract.NotFound):
                 raise from_contract(found, subject=f"graph {graph!r}")
             return found
-        _check_ref(graph)
+        _require_ref(graph)
         return graph
 
     async def _runtime_graph(self, owner: OwnerScope, ref: GraphRef) -> RuntimeGraph:
@@ -475,7 +475,7 @@ class Docket:
         owner = self._owner(tenant_id)
         self._ready()
         if run_id is not None:
-            _check_id("run_id", run_id)
+            _require_id("run_id", run_id)
         if input is not None and not isinstance(input, Mapping):
             raise InvalidInput(
                 "the run input must be a map",
@@ -565,8 +565,8 @@ class Docket:
         """
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
-        _check_id("interrupt_id", interrupt_id)
+        _require_id("run_id", run_id)
+        _require_id("interrupt_id", interrupt_id)
         current = await self._fetch(owner, run_id)
         rtg = await self._runtime_graph(owner, GraphRef(current.graph_id, current.graph_hash))
         return await self._signal(
@@ -584,7 +584,7 @@ class Docket:
         """
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        _require_id("run_id", run_id)
         return await self._signal(owner, run_id, lambda run, now: cancel_run(run, now=now))
 
     async def _signal(
@@ -616,7 +616,7 @@ class Docket:
         returned unchanged. Raises ``NotFound`` or ``InactiveRun``."""
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        _require_id("run_id", run_id)
         answer = await self._store.runs.retry_poisoned_run(owner, run_id)
         if isinstance(answer, contract.NotFound | contract.InactiveRun):
             raise from_contract(answer, subject=f"run {run_id!r}")
@@ -641,7 +641,7 @@ class Docket:
         """
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        _require_id("run_id", run_id)
         bad = check_reason(reason)
         if bad is not None:
             raise from_core(bad)
@@ -692,14 +692,14 @@ class Docket:
         """The last committed run document."""
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        _require_id("run_id", run_id)
         return await self._fetch(owner, run_id)
 
     async def inspect_run(self, run_id: str, *, tenant_id: str | None = None) -> RunInfo:
         """The run plus its operational facts (wake, claim, poison)."""
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        _require_id("run_id", run_id)
         found = await self._store.runs.inspect_run(owner, run_id)
         if isinstance(found, contract.NotFound):
             raise from_contract(found, subject=f"run {run_id!r}")
@@ -720,7 +720,7 @@ class Docket:
         """
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        _require_id("run_id", run_id)
         if not _seconds_ok(timeout, zero=True):
             raise InvalidOptions(f"timeout must be >= 0 seconds, got {timeout!r}")
         if not _seconds_ok(poll_interval, zero=False):
@@ -770,7 +770,7 @@ class Docket:
         else:
             scope = self._owner(tenant_id)
         self._ready()
-        _check_limit(limit)
+        _require_limit(limit)
         if before is not None and not isinstance(before, RunCursor):
             raise InvalidOptions("before must be a RunCursor (a page's next_before)")
         for name, value in (("graph_id", graph_id), ("graph_hash", graph_hash)):
@@ -796,8 +796,8 @@ class Docket:
         """One page of the run's events after ``after_seq``, ascending."""
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
-        _check_limit(limit)
+        _require_id("run_id", run_id)
+        _require_limit(limit)
         if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
             raise InvalidOptions(f"after_seq must be an integer >= 0, got {after_seq!r}")
         page = await self._store.events.list_events(
@@ -920,7 +920,7 @@ def _backend(backend: str | Backend, options: Mapping[str, object] | None) -> tu
     return backend, False
 
 
-def _check_ref(ref: object) -> None:
+def _require_ref(ref: object) -> None:
     if (
         not isinstance(ref, GraphRef)
         or not isinstance(ref.graph_id, str)
@@ -929,11 +929,11 @@ def _check_ref(ref: object) -> None:
         or not ref.graph_hash
     ):
         raise InvalidOptions(f"expected a GraphRef with a graph id and hash, got {_shown(ref)}")
-    _check_id("graph_id", ref.graph_id)
-    _check_id("graph_hash", ref.graph_hash)
+    _require_id("graph_id", ref.graph_id)
+    _require_id("graph_hash", ref.graph_hash)
 
 
-def _check_id(name: str, value: object) -> None:
+def _require_id(name: str, value: object) -> None:
     if not isinstance(value, str) or not value:
         raise InvalidOptions(f"{name} must be a non-empty string, got {_shown(value)}")
     if not value.isascii():
@@ -943,7 +943,7 @@ def _check_id(name: str, value: object) -> None:
             raise InvalidOptions(f"{name} is not valid Unicode text: {_shown(value)}") from None
 
 
-def _check_limit(limit: object) -> None:
+def _require_limit(limit: object) -> None:
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= _MAX_PAGE:
         raise InvalidOptions(f"limit must be an integer from 1 to {_MAX_PAGE}, got {_shown(limit)}")
 

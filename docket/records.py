@@ -1043,7 +1043,7 @@ def _durable_dict(value: object, path: str, out: list[str]) -> None:
         out.extend(durable_errors(value, path))
 
 
-def _check_task(key: str, task: object, run: Run, out: list[str]) -> None:
+def _add_task_problems(key: str, task: object, run: Run, out: list[str]) -> None:
     where = f"active_tasks.{key}"
     if not isinstance(task, TaskState):
         out.append(f"{where}: not a TaskState")
@@ -1076,7 +1076,9 @@ def _check_task(key: str, task: object, run: Run, out: list[str]) -> None:
     _durable_dict(task.metadata, f"{where}.metadata", out)
 
 
-def _check_interrupt_request(path: str, value: JSONDict, node_id: str, out: list[str]) -> None:
+def _add_interrupt_request_problems(
+    path: str, value: JSONDict, node_id: str, out: list[str]
+) -> None:
     ident = value.get("id")
     if ident is not None and not _is_str(ident):
         out.append(f"{path}.id: must be a non-empty string when present")
@@ -1138,11 +1140,11 @@ def run_problems(run: object) -> list[str]:
             _durable_dict(failure.details, "failure.details", out)
     if out:
         return out  # structure is broken: the detailed checks below would only echo it
-    _check_collections(run, out)
+    _add_collection_problems(run, out)
     return out
 
 
-def _check_collections(run: Run, out: list[str]) -> None:
+def _add_collection_problems(run: Run, out: list[str]) -> None:
     if not isinstance(run.channels, dict):
         out.append("channels: must be a dict")
     else:
@@ -1173,7 +1175,7 @@ def _check_collections(run: Run, out: list[str]) -> None:
         out.append("timers/active_tasks: must be dicts")
         return
     for key, task in run.active_tasks.items():
-        _check_task(key, task, run, out)
+        _add_task_problems(key, task, run, out)
     if set(run.active_tasks) != set(run.timers):
         out.append("timers: keys must equal the active task ids")
     writes = run.pending_writes
@@ -1204,7 +1206,7 @@ def _check_collections(run: Run, out: list[str]) -> None:
             out.append(f"{path}: kind must be update or interrupt")
         _durable_dict(write.value, f"{path}.value", out)
         if write.kind is WriteKind.INTERRUPT and isinstance(write.value, dict):
-            _check_interrupt_request(f"{path}.value", write.value, write.node_id, out)
+            _add_interrupt_request_problems(f"{path}.value", write.value, write.node_id, out)
     if not isinstance(run.interrupts, dict):
         out.append("interrupts: must be a dict")
         return

@@ -282,7 +282,7 @@ class _Ledger:
                 assert_never(wake)
         self.checkpoints.append(moment.checkpoint())
 
-    def _check(self, operation: str, result: object) -> None:
+    def _require_valid(self, operation: str, result: object) -> None:
         if not isinstance(result, ValidTransition):
             raise ProposalRejected(operation, result)
 
@@ -295,7 +295,7 @@ class _Ledger:
     async def _initialize(self, moment: Moment, transition: str) -> None:
         proposal = init_proposal(moment, transition_id=transition)
         if self.options.validate:
-            self._check(
+            self._require_valid(
                 "initialize", validate_initialize(TENANTLESS, proposal, moment.events, Limits())
             )
         backend = self.options.backend
@@ -328,7 +328,7 @@ class _Ledger:
             moment, expected, self.token or "inline", transition_id=transition
         )
         if self.options.validate:
-            self._check(
+            self._require_valid(
                 "commit_claimed",
                 validate_commit_claimed(TENANTLESS, proposal, moment.events, Limits()),
             )
@@ -344,7 +344,7 @@ class _Ledger:
         expected = moment.run.checkpoint_seq - 1
         proposal = unclaimed_proposal(moment, transition_id=transition)
         if self.options.validate:
-            self._check(
+            self._require_valid(
                 "commit_unclaimed",
                 validate_commit_unclaimed(TENANTLESS, expected, proposal, moment.events, Limits()),
             )

@@ -32,7 +32,7 @@ from docket.core.errors import (
     UncompilableGraph,
     UnusableRun,
 )
-from docket.core.init import build_initial_run, check_input, initialize
+from docket.core.init import build_initial_run, initialize, parse_input
 from docket.core.moment import (
     Continue,
     Disposition,
@@ -115,7 +115,6 @@ __all__ = [
     "cancel_run",
     "ceil_ms",
     "check_execution_policy",
-    "check_input",
     "claimed_proposal",
     "classify_return",
     "describe_exception",
@@ -124,6 +123,7 @@ __all__ = [
     "init_proposal",
     "initial_wake",
     "initialize",
+    "parse_input",
     "project_outputs",
     "reopen_failed_run",
     "resolve_interrupt",
