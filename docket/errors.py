@@ -1,4 +1,4 @@
-"""The exceptions application code sees (layer 6).
+"""The exceptions application code sees (layer 5).
 
 Stores and the core *return* typed values; the :class:`~docket.Docket` facade raises
 them as exceptions from this module, one class per contract error, per core error and

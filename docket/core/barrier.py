@@ -27,7 +27,6 @@ from typing import Any
 
 import attrs
 
-from docket.contract.proposals import External
 from docket.core.errors import UnusableRun
 from docket.core.finish import AttemptFailure, error_failure, failure_moment, superstep_failure
 from docket.core.interrupts import duplicate_ids, request_problems
@@ -39,6 +38,7 @@ from docket.graph.compiler import ChannelKind, RuntimeEdge, RuntimeGraph
 from docket.graph.guards import GuardEvalError, evaluate
 from docket.graph.model import FINISH
 from docket.graph.reducers import FieldRule, StepRejected, commit_step
+from docket.proposals import External
 from docket.records import (
     ChannelState,
     CheckpointType,

@@ -19,7 +19,6 @@ from datetime import datetime
 
 import attrs
 
-from docket.contract.proposals import Terminal
 from docket.core.captured import (
     FAILURE_DETAILS_BUDGET,
     FAILURE_TRACEBACK_BUDGET,
@@ -31,6 +30,7 @@ from docket.core.errors import CoreError
 from docket.core.moment import Entry, Moment, Park, ParkReason, propose
 from docket.core.state import project_outputs
 from docket.graph.compiler import RuntimeGraph
+from docket.proposals import Terminal
 from docket.records import CheckpointType, EventType, PendingWrite, Run, RunFailure, RunStatus
 from docket.values import JSONDict, JSONValue
 

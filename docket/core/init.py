@@ -14,7 +14,6 @@ from datetime import datetime
 
 import attrs
 
-from docket.contract.proposals import External
 from docket.core.barrier import edge_entry
 from docket.core.errors import GraphMismatch, GuardEvaluationFailed, InvalidInput
 from docket.core.moment import Continue, Entry, Moment, Park, ParkReason, Terminated, propose
@@ -23,6 +22,7 @@ from docket.graph.compiler import ChannelKind, RuntimeEdge, RuntimeGraph
 from docket.graph.guards import GuardEvalError, evaluate
 from docket.graph.model import FINISH
 from docket.graph.schema import validate
+from docket.proposals import External
 from docket.records import ChannelState, CheckpointType, EventType, Run, RunStatus
 from docket.values import JSONDict, JSONValue, NonDurableValue, coerce_durable
 

@@ -21,8 +21,8 @@ from typing import Any, Final, TypeAlias, assert_never
 
 import attrs
 
-from docket.contract.proposals import At, External, Immediate, Terminal, Wake
 from docket.core.errors import MalformedMoment, NotContinue
+from docket.proposals import At, External, Immediate, Terminal, Wake
 from docket.records import (
     Checkpoint,
     CheckpointType,

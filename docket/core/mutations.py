@@ -15,7 +15,6 @@ from datetime import datetime
 
 import attrs
 
-from docket.contract.proposals import At, Immediate, Terminal
 from docket.core.errors import (
     AlreadyResolved,
     GraphMismatch,
@@ -31,6 +30,7 @@ from docket.core.state import committed_fields
 from docket.graph.compiler import RuntimeGraph
 from docket.graph.reducers import StepRejected, commit_step
 from docket.graph.schema import schema_from_json, validate
+from docket.proposals import At, Immediate, Terminal
 from docket.records import (
     ChannelState,
     CheckpointType,

@@ -16,7 +16,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import assert_never
 
-from docket.contract.proposals import (
+from docket.core.moment import Continue, Disposition, Moment, Park, due_wake
+from docket.proposals import (
     At,
     ClaimedProposal,
     External,
@@ -28,7 +29,6 @@ from docket.contract.proposals import (
     Terminal,
     UnclaimedProposal,
 )
-from docket.core.moment import Continue, Disposition, Moment, Park, due_wake
 
 __all__ = [
     "claimed_proposal",

@@ -23,9 +23,9 @@ from typing import Final
 
 import attrs
 
-from docket.contract.proposals import Immediate
 from docket.core.errors import InvalidInput, NotRetryable, TerminalRun, UnusableRun
 from docket.core.moment import Entry, Moment, Park, ParkReason, propose
+from docket.proposals import Immediate
 from docket.records import CheckpointType, EventType, Run, RunStatus, converter
 from docket.values import JSONDict
 

@@ -21,7 +21,6 @@ from typing import assert_never
 
 import attrs
 
-from docket.contract.proposals import At
 from docket.core.barrier import commit_barrier
 from docket.core.finish import AttemptFailure, node_failed_entry, superstep_failure
 from docket.core.interrupts import duplicate_ids, request_from_interrupt
@@ -30,6 +29,7 @@ from docket.core.outcomes import Completed, Failed, Interrupted, TaskOutcome, fo
 from docket.core.plan import Activation, Dispatch
 from docket.graph.compiler import RuntimeGraph
 from docket.graph.reducers import RejectedUpdate, validate_update
+from docket.proposals import At
 from docket.records import (
     TASK_RETRY_SCHEDULED,
     TIMER_RETRY,
