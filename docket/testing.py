@@ -302,10 +302,10 @@ class _Ledger:
         if backend is not None:
             assert self.options.document is not None  # checked by _options
             ref = GraphRef(self.rtg.graph_id, self.rtg.graph_hash)
-            saved = await backend.save_graph(TENANTLESS, ref, self.options.document)
+            saved = await backend.graphs.save_graph(TENANTLESS, ref, self.options.document)
             if not isinstance(saved, GraphVersion):
                 raise ProposalRejected("save_graph", saved)
-            stored = await backend.initialize(TENANTLESS, proposal, moment.events)
+            stored = await backend.transitions.initialize(TENANTLESS, proposal, moment.events)
             self._stored("initialize", stored, moment)
 
     async def _claimed(self, moment: Moment, transition: str) -> None:
@@ -318,7 +318,7 @@ class _Ledger:
             policy = ClaimPolicy(
                 limit=1, orphan_ttl=timedelta(hours=1), max_claim_attempts=1 << 30, now=now
             )
-            batch = await backend.claim_due(policy)
+            batch = await backend.runs.claim_due(policy)
             if not isinstance(batch, ClaimBatch) or [lease.run_id for lease in batch.leases] != [
                 moment.run.id
             ]:
@@ -333,7 +333,7 @@ class _Ledger:
                 validate_commit_claimed(TENANTLESS, proposal, moment.events, Limits()),
             )
         if backend is not None:
-            stored = await backend.commit_claimed(TENANTLESS, proposal, moment.events)
+            stored = await backend.transitions.commit_claimed(TENANTLESS, proposal, moment.events)
             self._stored("commit_claimed", stored, moment)
             if schedule_for(moment.disposition, claimed=True) != proposal.schedule:
                 raise AssertionError("unreachable: the schedule was built from the disposition")
@@ -350,7 +350,9 @@ class _Ledger:
             )
         backend = self.options.backend
         if backend is not None:
-            stored = await backend.commit_unclaimed(TENANTLESS, expected, proposal, moment.events)
+            stored = await backend.transitions.commit_unclaimed(
+                TENANTLESS, expected, proposal, moment.events
+            )
             self._stored("commit_unclaimed", stored, moment)
             self.token = None  # a signal revokes any claim
 
@@ -358,7 +360,9 @@ class _Ledger:
         """The result, after handing back a claim still held (the next call claims anew)."""
         backend = self.options.backend
         if backend is not None and self.token is not None:
-            await backend.release_claim(TENANTLESS, run.id, self.token, now=self.options.clock())
+            await backend.runs.release_claim(
+                TENANTLESS, run.id, self.token, now=self.options.clock()
+            )
             self.token = None
         return InlineResult(
             run=run,

@@ -63,18 +63,18 @@ def test_a_failed_run_reopens_at_its_last_checkpoint_with_a_fresh_budget() -> No
 
     async def commit_twice() -> None:
         first = unclaimed_proposal(moment, transition_id="t-one")
-        stored = await backend.commit_unclaimed(
+        stored = await backend.transitions.commit_unclaimed(
             TENANTLESS, failed.checkpoint_seq, first, moment.events
         )
         assert stored == run
         other = reopen_failed_run(failed, reason="me too", now=now)
         assert not isinstance(other, Exception)
         second = unclaimed_proposal(other, transition_id="t-two")
-        lost = await backend.commit_unclaimed(
+        lost = await backend.transitions.commit_unclaimed(
             TENANTLESS, failed.checkpoint_seq, second, other.events
         )
         assert isinstance(lost, StaleCheckpoint)
-        assert await backend.fetch_run(TENANTLESS, failed.id) == run
+        assert await backend.runs.fetch_run(TENANTLESS, failed.id) == run
         # and re-evaluated on what is now committed, the mutation says why
         assert isinstance(reopen_failed_run(run, reason="me too", now=now), NotRetryable)
 
