@@ -83,7 +83,7 @@ def _params(func: object) -> list[tuple[str, inspect._ParameterKind]]:
     ]
 
 
-def _require_methods(owner: str, obj: object, protocol: type, names: list[str]) -> None:
+def _check_methods(owner: str, obj: object, protocol: type, names: list[str]) -> None:
     missing = [n for n in names if not callable(getattr(obj, n, None))]
     if missing:
         listed = ", ".join(f"{protocol.__name__}.{n}" for n in missing)
@@ -180,7 +180,7 @@ def negotiate(backend: object) -> Capabilities:
                 f"{type(backend).__name__}.{accessor} is missing; a backend bundle must "
                 f"provide a {protocol.__name__}",
             )
-        _require_methods(f"backend.{accessor}", store, protocol, _protocol_methods(protocol))
+        _check_methods(f"backend.{accessor}", store, protocol, _protocol_methods(protocol))
     lifecycle = _protocol_methods(Backend)
     missing = [name for name in lifecycle if not callable(getattr(backend, name, None))]
     if missing:
@@ -188,7 +188,7 @@ def negotiate(backend: object) -> Capabilities:
             ContractDefect.MISSING_LIFECYCLE,
             f"{type(backend).__name__} lacks {', '.join(missing)} (lifecycle, clock, wake-ups)",
         )
-    _require_methods("backend", backend, Backend, lifecycle)
+    _check_methods("backend", backend, Backend, lifecycle)
     return caps
 
 
