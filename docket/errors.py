@@ -1,4 +1,4 @@
-"""The exceptions application code sees (layer 6).
+"""The exceptions application code sees (layer 5).
 
 Stores and the core *return* typed values; the :class:`~docket.Docket` facade raises
 them as exceptions from this module, one class per contract error, per core error and
@@ -14,17 +14,55 @@ per facade error, all subclasses of :class:`DocketError`::
 Every error has a stable ``code`` (the type strings of the runtime spec), a
 ``message``, and optionally ``phase``, ``node_id`` and durable ``details``
 (``details["reasons"]`` lists why an input was rejected, ``details["diagnostics"]``
-why a graph does not compile).
+why a graph does not compile). The tree, each class with its ``code``::
+
+    DocketError                             docket_error
+    ├── store answers, via from_contract
+    │   ├── NotFound                        not_found      (also an unknown interrupt)
+    │   ├── InvalidTransition               invalid_transition
+    │   ├── StaleCheckpoint                 stale_checkpoint
+    │   ├── Conflict                        conflict
+    │   ├── EventConflict                   event_conflict
+    │   ├── TooLarge                        too_large
+    │   ├── Retryable                       retryable
+    │   ├── Permanent                       permanent
+    │   ├── GraphContentConflict            graph_content_conflict
+    │   └── CorruptData                     corrupt_data
+    ├── core errors, via from_core
+    │   ├── InvalidGraph                    invalid_graph  (also a refused graph document)
+    │   ├── GraphMismatch                   graph_mismatch
+    │   ├── InvalidInput                    invalid_input
+    │   ├── GuardEvaluationFailed           guard_evaluation_failed
+    │   ├── InvalidRun                      invalid_run
+    │   ├── InvalidPolicy                   invalid_policy
+    │   ├── AlreadyResolved                 already_resolved
+    │   ├── InactiveRun                     inactive_run   (also the store's answer)
+    │   ├── NotRetryable                    not_retryable
+    │   └── IncompatibleExecutionPolicy     incompatible_execution_policy
+    └── the facade's own
+        ├── InvalidTenant                   invalid_tenant
+        ├── InvalidOptions                  invalid_options
+        ├── InvalidSettings                 invalid_settings  (also a ValueError)
+        ├── InvalidBackend                  invalid_backend
+        ├── RuntimeUnavailable              runtime_unavailable
+        ├── Unsupported                     unsupported
+        ├── AwaitTimeout                    timeout
+        └── RunPoisoned                     poisoned
+
+The store's values (:mod:`docket.contract.errors`) and the core's
+(:mod:`docket.core.errors`) keep their own names; import those modules as a layer
+(``contract.NotFound``, ``core.InterruptNotFound``) wherever they meet these.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Final, assert_never
 
+from docket.coded import CodedError
 from docket.contract import errors as contract
 from docket.core import errors as core
 from docket.records import RunInfo
-from docket.values import JSONDict, JSONValue
+from docket.values import JSONDict
 
 __all__ = [
     "AlreadyResolved",
@@ -61,41 +99,10 @@ __all__ = [
 ]
 
 
-class DocketError(Exception):
+class DocketError(CodedError):
     """Base of every error the facade raises. ``code`` is stable and machine-readable."""
 
     code: ClassVar[str] = "docket_error"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        phase: str | None = None,
-        node_id: str | None = None,
-        details: JSONDict | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.phase = phase
-        self.node_id = node_id
-        self.details: JSONDict = dict(details or {})
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
-
-    def to_dict(self) -> JSONDict:
-        return {
-            "type": self.code,
-            "message": self.message,
-            "phase": self.phase,
-            "node_id": self.node_id,
-            "details": self.details,
-        }
-
-    @property
-    def reasons(self) -> list[str]:
-        raw: JSONValue = self.details.get("reasons", [])
-        return [str(r) for r in raw] if isinstance(raw, list) else []
 
 
 # -- the contract's error algebra ----------------------------------------------------------
@@ -287,15 +294,15 @@ class RunPoisoned(DocketError):
 # -- conversions ----------------------------------------------------------------------------
 
 _CORE: Final[dict[type[core.CoreError], type[DocketError]]] = {
-    core.InvalidGraph: InvalidGraph,
+    core.UncompilableGraph: InvalidGraph,
     core.GraphMismatch: GraphMismatch,
     core.InvalidInput: InvalidInput,
     core.GuardEvaluationFailed: GuardEvaluationFailed,
-    core.InvalidRun: InvalidRun,
+    core.UnusableRun: InvalidRun,
     core.InvalidPolicy: InvalidPolicy,
-    core.NotFound: NotFound,
+    core.InterruptNotFound: NotFound,
     core.AlreadyResolved: AlreadyResolved,
-    core.InactiveRun: InactiveRun,
+    core.TerminalRun: InactiveRun,
     core.NotRetryable: NotRetryable,
     core.IncompatibleExecutionPolicy: IncompatibleExecutionPolicy,
 }

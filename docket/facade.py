@@ -22,23 +22,28 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import reprlib
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar, cast
+from typing import Any, Final, Literal, ParamSpec, TypeVar, assert_never, cast
 
 import attrs
 
-from docket.contract.capabilities import BackendContractError, Capabilities, Feature, negotiate
-from docket.contract.errors import (
-    CorruptEventRow,
-    CorruptGraph,
-    InactiveRun,
-    NotFound,
-    Retryable,
-    TransitionResult,
+from docket import errors
+from docket._facade_args import (
+    MAX_PAGE,
+    durable_metadata,
+    parse_statuses,
+    require_id,
+    require_limit,
+    require_ref,
+    resolve_backend,
+    seconds_ok,
+    shown,
 )
+from docket._facade_spans import lifecycle
+from docket.contract import errors as contract
+from docket.contract.capabilities import BackendContractError, Capabilities, Feature, negotiate
 from docket.contract.proposals import (
     ClaimBatch,
     ClaimPolicy,
@@ -48,7 +53,6 @@ from docket.contract.proposals import (
     RunListQuery,
 )
 from docket.contract.protocols import Backend, ClaimedStarts, GraphSaveResult
-from docket.contract.registry import UnknownBackend, from_url
 from docket.contract.validate import text_problem
 from docket.core.errors import CoreError
 from docket.core.init import build_initial_run, initialize
@@ -74,12 +78,6 @@ from docket.errors import (
     from_contract,
     from_core,
 )
-from docket.errors import (
-    InactiveRun as InactiveRunError,
-)
-from docket.errors import (
-    NotFound as NotFoundError,
-)
 from docket.graph.compiler import (
     RuntimeGraph,
     compile_graph,
@@ -90,7 +88,6 @@ from docket.graph.model import Graph
 from docket.graph.nodes import NodeRegistry
 from docket.graph.wire import GraphLoadError
 from docket.records import (
-    DURABLE_STATUSES,
     SYSTEM,
     TENANTLESS,
     Event,
@@ -110,7 +107,7 @@ from docket.records import (
     tenant_id_of,
 )
 from docket.runtime.drain import Drainer, DrainOutcome, host_limits
-from docket.runtime.graphs import GraphCache, GraphProblem
+from docket.runtime.graphs import GraphCache
 from docket.runtime.lifecycle import (
     CommitContext,
     CommitPolicy,
@@ -133,65 +130,15 @@ from docket.runtime.worker import (
     report_poisoned,
 )
 from docket.settings import Settings
-from docket.telemetry import Metadata, Telemetry, instrument_backend, log_context
-from docket.values import JSONDict, JSONValue, NonDurableValue, coerce_durable
+from docket.telemetry import Telemetry, instrument_backend, log_context
+from docket.values import JSONValue
 
 __all__ = ["DEFAULT_AWAIT_POLL", "Docket", "DrainSummary", "TenantMode"]
 
 TenantMode = Literal["none", "required"]
 DEFAULT_AWAIT_POLL: Final = 0.05
-_MAX_PAGE: Final = 1000
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
-
-
-# -- lifecycle spans --------------------------------------------------------------------------
-
-
-def _lifecycle(
-    name: str, *, run_id_first: bool = False
-) -> Callable[
-    [Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]]],
-    Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]],
-]:
-    """Run a lifecycle method inside a ``name`` span (and, when its first argument is the
-    run id, inside that run's logging context). The span's end reports the run as
-    committed: id, graph, status, checkpoint."""
-
-    def wrap(
-        method: Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]],
-    ) -> Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]]:
-        @functools.wraps(method)
-        async def traced(self: Docket, /, *args: _P.args, **kwargs: _P.kwargs) -> Run:
-            tenant_id = kwargs.get("tenant_id")
-            run_id = (args[0] if args else kwargs.get("run_id")) if run_id_first else None
-            with log_context(
-                run_id=run_id if isinstance(run_id, str) else None,
-                tenant_id=tenant_id if isinstance(tenant_id, str) else None,
-            ):
-                if not self.telemetry:
-                    return await method(self, *args, **kwargs)
-                metadata: Metadata = {
-                    "tenant_id": tenant_id if isinstance(tenant_id, str) else None
-                }
-                if isinstance(run_id, str):
-                    metadata["run_id"] = run_id
-                with self.telemetry.span(name, metadata) as span:
-                    run = await method(self, *args, **kwargs)
-                    span.set(
-                        {
-                            "run_id": run.id,
-                            "graph_id": run.graph_id,
-                            "graph_hash": run.graph_hash,
-                            "status": str(run.status),
-                            "checkpoint_seq": run.checkpoint_seq,
-                        }
-                    )
-                return run
-
-        return traced
-
-    return wrap
 
 
 @attrs.frozen(kw_only=True)
@@ -258,7 +205,7 @@ class Docket:
             raise TypeError(f"nodes must be a docket NodeRegistry, got {type(nodes).__name__}")
         self.tenant_mode: TenantMode = tenant_mode
         self.nodes = nodes if nodes is not None else NodeRegistry()
-        self.backend, self._owns_backend = _backend(backend, backend_options)
+        self.backend, self._owns_backend = resolve_backend(backend, backend_options)
         self._clock: Callable[[], Awaitable[datetime]] | None = None  # see start_run
         if telemetry is not None and not isinstance(telemetry, Telemetry):
             raise InvalidOptions(
@@ -356,7 +303,7 @@ class Docket:
         # the validator's rule for every id, here before a read hands a store bad text
         problem = text_problem("tenant_id", tenant_id)
         if problem is not None:
-            raise InvalidTenant(f"{problem}: {_shown(tenant_id)}")
+            raise InvalidTenant(f"{problem}: {shown(tenant_id)}")
         return Tenant(tenant_id)
 
     # -- graphs ------------------------------------------------------------------------------
@@ -397,9 +344,9 @@ class Docket:
         """The stored effective graph of ``ref``."""
         owner = self._owner(tenant_id)
         self._ready()
-        _check_ref(ref)
+        require_ref(ref)
         document = await self._store.graphs.fetch_graph(owner, ref)
-        if isinstance(document, NotFound | CorruptGraph):
+        if isinstance(document, contract.NotFound | contract.CorruptGraph):
             raise from_contract(document, subject=f"graph {ref.graph_id!r} ({ref.graph_hash[:12]})")
         try:
             return graph_from_effective_document(document)
@@ -413,7 +360,7 @@ class Docket:
         if not isinstance(graph_id, str) or not graph_id:
             raise InvalidOptions("graph_id must be a non-empty string")
         found = await self._store.graphs.fetch_latest_graph_ref(owner, graph_id)
-        if isinstance(found, NotFound):
+        if isinstance(found, contract.NotFound):
             raise from_contract(found, subject=f"graph {graph_id!r}")
         return found
 
@@ -430,7 +377,7 @@ class Docket:
         self._ready()
         if not isinstance(graph_id, str) or not graph_id:
             raise InvalidOptions("graph_id must be a non-empty string")
-        _check_limit(limit)
+        require_limit(limit)
         if before is not None and not isinstance(before, GraphVersionCursor):
             raise InvalidOptions("before must be a GraphVersionCursor (a page's next_before)")
         query = GraphListQuery(limit=limit, before=before)
@@ -441,10 +388,10 @@ class Docket:
             if not graph:
                 raise InvalidOptions("a graph id must be a non-empty string")
             found = await self._store.graphs.fetch_latest_graph_ref(owner, graph)
-            if isinstance(found, NotFound):
+            if isinstance(found, contract.NotFound):
                 raise from_contract(found, subject=f"graph {graph!r}")
             return found
-        _check_ref(graph)
+        require_ref(graph)
         return graph
 
     async def _runtime_graph(self, owner: OwnerScope, ref: GraphRef) -> RuntimeGraph:
@@ -452,18 +399,21 @@ class Docket:
         if isinstance(compiled, RuntimeGraph):
             return compiled
         about = f"{ref.graph_id} ({ref.graph_hash[:12]})"
-        match compiled:
-            case GraphProblem(kind="missing"):
-                raise NotFoundError(f"no such graph {about}", details={"what": "graph"})
-            case GraphProblem(kind="mismatch"):
+        match compiled.kind:
+            case "missing":
+                raise errors.NotFound(f"no such graph {about}", details={"what": "graph"})
+            case "mismatch":
                 raise GraphMismatch(compiled.message, details=compiled.details())
-            case GraphProblem(kind="corrupt"):
+            case "corrupt":
                 raise CorruptData(compiled.message)
-        raise InvalidGraph(compiled.message, details=compiled.details())
+            case "invalid":
+                raise InvalidGraph(compiled.message, details=compiled.details())
+            case _:
+                assert_never(compiled.kind)
 
     # -- runs: writes ------------------------------------------------------------------------
 
-    @_lifecycle("docket.run.start")
+    @lifecycle("docket.run.start")
     async def start_run(
         self,
         graph: GraphRef | str,
@@ -484,14 +434,14 @@ class Docket:
         owner = self._owner(tenant_id)
         self._ready()
         if run_id is not None:
-            _check_id("run_id", run_id)
+            require_id("run_id", run_id)
         if input is not None and not isinstance(input, Mapping):
             raise InvalidInput(
                 "the run input must be a map",
                 phase="init",
                 details={"reasons": [f"expected a map, got {type(input).__name__}"]},
             )
-        meta = _durable_metadata(metadata)
+        meta = durable_metadata(metadata)
         ref = await self._ref(owner, graph)
         rtg = await self._runtime_graph(owner, ref)
         incompatible = check_execution_policy(rtg, host_limits(self.settings))
@@ -520,7 +470,7 @@ class Docket:
                     eager[1].initialize_claimed, owner, proposal, moment.events, token
                 )
             try:
-                stored: TransitionResult = await commit(
+                stored: contract.TransitionResult = await commit(
                     write, self._policy, what=f"start of run {created.id}"
                 )
             except BaseException:
@@ -562,7 +512,7 @@ class Docket:
             context = CommitContext(tenant_id=tenant_id_of(owner), operation=operation)
             self._observers.deliver(moment.checkpoint(), context)
 
-    @_lifecycle("docket.run.resolve_interrupt", run_id_first=True)
+    @lifecycle("docket.run.resolve_interrupt", run_id_first=True)
     async def resolve_interrupt(
         self, run_id: str, interrupt_id: str, value: object, *, tenant_id: str | None = None
     ) -> Run:
@@ -574,8 +524,8 @@ class Docket:
         """
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
-        _check_id("interrupt_id", interrupt_id)
+        require_id("run_id", run_id)
+        require_id("interrupt_id", interrupt_id)
         current = await self._fetch(owner, run_id)
         rtg = await self._runtime_graph(owner, GraphRef(current.graph_id, current.graph_hash))
         return await self._signal(
@@ -584,7 +534,7 @@ class Docket:
             lambda run, now: resolve_interrupt(rtg, run, interrupt_id, value, now=now),
         )
 
-    @_lifecycle("docket.run.cancel", run_id_first=True)
+    @lifecycle("docket.run.cancel", run_id_first=True)
     async def cancel_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
         """Cancel a running or waiting run (a cancelled one comes back unchanged).
 
@@ -593,7 +543,7 @@ class Docket:
         """
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        require_id("run_id", run_id)
         return await self._signal(owner, run_id, lambda run, now: cancel_run(run, now=now))
 
     async def _signal(
@@ -619,19 +569,19 @@ class Docket:
             raise from_core(result)
         raise from_contract(result, subject=f"run {run_id!r}")
 
-    @_lifecycle("docket.run.retry_poisoned", run_id_first=True)
+    @lifecycle("docket.run.retry_poisoned", run_id_first=True)
     async def retry_poisoned_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
         """Make a poisoned run due again (its claim counters reset); a healthy run is
         returned unchanged. Raises ``NotFound`` or ``InactiveRun``."""
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        require_id("run_id", run_id)
         answer = await self._store.runs.retry_poisoned_run(owner, run_id)
-        if isinstance(answer, NotFound | InactiveRun):
+        if isinstance(answer, contract.NotFound | contract.InactiveRun):
             raise from_contract(answer, subject=f"run {run_id!r}")
         return answer
 
-    @_lifecycle("docket.run.retry", run_id_first=True)
+    @lifecycle("docket.run.retry", run_id_first=True)
     async def retry_run(
         self, run_id: str, *, reason: str | None = None, tenant_id: str | None = None
     ) -> Run:
@@ -650,13 +600,13 @@ class Docket:
         """
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        require_id("run_id", run_id)
         bad = check_reason(reason)
         if bad is not None:
             raise from_core(bad)
         # one read answers both questions: the run's status and whether it is poisoned
         found = await self._store.runs.inspect_run(owner, run_id)
-        if isinstance(found, NotFound):
+        if isinstance(found, contract.NotFound):
             raise from_contract(found, subject=f"run {run_id!r}")
         current = found.run
         if current.status is RunStatus.FAILED:
@@ -672,7 +622,7 @@ class Docket:
                 owner, run_id, lambda run, now: reopen_failed_run(run, reason=reason, now=now)
             )
         if current.status.terminal:
-            raise InactiveRunError(
+            raise errors.InactiveRun(
                 f"run {run_id!r} is {current.status} and cannot be retried",
                 phase="retry",
                 details={"status": str(current.status)},
@@ -685,7 +635,7 @@ class Docket:
                 details={"status": str(found.run.status)},
             )
         answer = await self._store.runs.retry_poisoned_run(owner, run_id)
-        if isinstance(answer, NotFound | InactiveRun):
+        if isinstance(answer, contract.NotFound | contract.InactiveRun):
             raise from_contract(answer, subject=f"run {run_id!r}")
         return answer
 
@@ -693,7 +643,7 @@ class Docket:
 
     async def _fetch(self, owner: OwnerScope, run_id: str) -> Run:
         found = await self._store.runs.fetch_run(owner, run_id)
-        if isinstance(found, NotFound):
+        if isinstance(found, contract.NotFound):
             raise from_contract(found, subject=f"run {run_id!r}")
         return found
 
@@ -701,16 +651,16 @@ class Docket:
         """The last committed run document."""
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        require_id("run_id", run_id)
         return await self._fetch(owner, run_id)
 
     async def inspect_run(self, run_id: str, *, tenant_id: str | None = None) -> RunInfo:
         """The run plus its operational facts (wake, claim, poison)."""
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
+        require_id("run_id", run_id)
         found = await self._store.runs.inspect_run(owner, run_id)
-        if isinstance(found, NotFound):
+        if isinstance(found, contract.NotFound):
             raise from_contract(found, subject=f"run {run_id!r}")
         return found
 
@@ -729,15 +679,15 @@ class Docket:
         """
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
-        if not _seconds_ok(timeout, zero=True):
+        require_id("run_id", run_id)
+        if not seconds_ok(timeout, zero=True):
             raise InvalidOptions(f"timeout must be >= 0 seconds, got {timeout!r}")
-        if not _seconds_ok(poll_interval, zero=False):
+        if not seconds_ok(poll_interval, zero=False):
             raise InvalidOptions(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
         deadline = time.monotonic() + timeout
         while True:
             info = await self._store.runs.inspect_run(owner, run_id)
-            if isinstance(info, NotFound):
+            if isinstance(info, contract.NotFound):
                 raise from_contract(info, subject=f"run {run_id!r}")
             if info.poisoned:
                 raise RunPoisoned(
@@ -779,7 +729,7 @@ class Docket:
         else:
             scope = self._owner(tenant_id)
         self._ready()
-        _check_limit(limit)
+        require_limit(limit)
         if before is not None and not isinstance(before, RunCursor):
             raise InvalidOptions("before must be a RunCursor (a page's next_before)")
         for name, value in (("graph_id", graph_id), ("graph_hash", graph_hash)):
@@ -790,7 +740,7 @@ class Docket:
             before=before,
             graph_id=graph_id,
             graph_hash=graph_hash,
-            statuses=_statuses(status),
+            statuses=parse_statuses(status),
         )
         return await self._store.runs.list_runs(scope, query)
 
@@ -805,14 +755,14 @@ class Docket:
         """One page of the run's events after ``after_seq``, ascending."""
         owner = self._owner(tenant_id)
         self._ready()
-        _check_id("run_id", run_id)
-        _check_limit(limit)
+        require_id("run_id", run_id)
+        require_limit(limit)
         if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
             raise InvalidOptions(f"after_seq must be an integer >= 0, got {after_seq!r}")
         page = await self._store.events.list_events(
             owner, run_id, EventListQuery(after_seq=after_seq, limit=limit)
         )
-        if isinstance(page, NotFound | CorruptEventRow):
+        if isinstance(page, contract.NotFound | contract.CorruptEventRow):
             raise from_contract(page, subject=f"run {run_id!r}")
         return page
 
@@ -822,7 +772,7 @@ class Docket:
         after = 0
         while True:
             page = await self.list_events(
-                run_id, after_seq=after, limit=_MAX_PAGE, tenant_id=tenant_id
+                run_id, after_seq=after, limit=MAX_PAGE, tenant_id=tenant_id
             )
             events.extend(page.events)
             if not page.has_more:
@@ -891,7 +841,7 @@ class Docket:
             end_claim_span(span, batch, 1)
             for poisoned_claim in batch.poisoned if isinstance(batch, ClaimBatch) else ():
                 report_poisoned(self.telemetry, poisoned_claim)
-            if isinstance(batch, Retryable):
+            if isinstance(batch, contract.Retryable):
                 await asyncio.sleep(settings.commit_backoff)
                 continue
             if not isinstance(batch, ClaimBatch):
@@ -913,102 +863,6 @@ class Docket:
     def graph_cache(self) -> GraphCache:
         """The executing graph cache (counters ``fetches``/``compiles``; for tests)."""
         return self._execute
-
-
-# -- argument checks --------------------------------------------------------------------------
-
-
-def _backend(backend: str | Backend, options: Mapping[str, object] | None) -> tuple[Backend, bool]:
-    if isinstance(backend, str):
-        try:
-            return from_url(backend, **dict(options or {})), True
-        except (UnknownBackend, ValueError, TypeError) as exc:
-            raise InvalidBackend(str(exc)) from None
-    if options:
-        raise InvalidBackend("backend_options apply only to a backend given as a URL")
-    return backend, False
-
-
-def _check_ref(ref: object) -> None:
-    if (
-        not isinstance(ref, GraphRef)
-        or not isinstance(ref.graph_id, str)
-        or not isinstance(ref.graph_hash, str)
-        or not ref.graph_id
-        or not ref.graph_hash
-    ):
-        raise InvalidOptions(f"expected a GraphRef with a graph id and hash, got {_shown(ref)}")
-    _check_id("graph_id", ref.graph_id)
-    _check_id("graph_hash", ref.graph_hash)
-
-
-def _check_id(name: str, value: object) -> None:
-    if not isinstance(value, str) or not value:
-        raise InvalidOptions(f"{name} must be a non-empty string, got {_shown(value)}")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate: no store can even look it up
-            raise InvalidOptions(f"{name} is not valid Unicode text: {_shown(value)}") from None
-
-
-def _check_limit(limit: object) -> None:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= _MAX_PAGE:
-        raise InvalidOptions(f"limit must be an integer from 1 to {_MAX_PAGE}, got {_shown(limit)}")
-
-
-_REPR = reprlib.Repr()
-_REPR.maxlevel = 3
-_REPR.maxstring = _REPR.maxother = 80
-
-
-def _shown(value: object) -> str:
-    """A bounded repr for error messages: arbitrary caller values may be huge or deep."""
-    return _REPR.repr(value)
-
-
-def _seconds_ok(value: object, *, zero: bool) -> bool:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
-        return False
-    return value >= 0 if zero else value > 0
-
-
-def _statuses(
-    status: RunStatus | str | Iterable[RunStatus | str] | None,
-) -> frozenset[RunStatus] | None:
-    if status is None:
-        return None
-    given: list[object] = [status] if isinstance(status, str) else list(status)
-    if not given:
-        raise InvalidOptions("status must name at least one status")
-    out: set[RunStatus] = set()
-    for item in given:
-        try:
-            parsed = RunStatus(item) if isinstance(item, str) else None
-        except ValueError:
-            parsed = None
-        if parsed is None or parsed not in DURABLE_STATUSES:
-            names = ", ".join(sorted(s.value for s in DURABLE_STATUSES))
-            raise InvalidOptions(f"unknown run status {item!r} (one of {names})")
-        out.add(parsed)
-    return frozenset(out)
-
-
-def _durable_metadata(metadata: Mapping[str, object] | None) -> JSONDict:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, Mapping):
-        raise InvalidInput(
-            "run metadata must be a map", details={"reasons": ["metadata is not a map"]}
-        )
-    try:
-        value = coerce_durable(metadata, "metadata")
-    except NonDurableValue as exc:
-        raise InvalidInput(
-            "run metadata is not durable", details={"reasons": list(exc.reasons)}
-        ) from None
-    assert isinstance(value, dict)
-    return value
 
 
 def __getattr__(name: str) -> object:

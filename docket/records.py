@@ -17,7 +17,7 @@ import reprlib
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final, TypeAlias, TypeVar, cast
+from typing import Any, Final, TypeAlias, TypeVar, assert_never, cast
 
 import attrs
 import cattrs
@@ -146,7 +146,8 @@ def scope_admits(scope: Scope, tenant_id: str | None) -> bool:
             return tenant_id is None
         case Tenant(id=wanted):
             return tenant_id == wanted
-    raise TypeError(f"not a scope: {scope!r}")
+        case _:
+            assert_never(scope)
 
 
 def require_scope(scope: object) -> Scope:
@@ -227,7 +228,7 @@ class TimerState:
 
 
 @attrs.frozen(kw_only=True)
-class Failure:
+class RunFailure:
     code: str
     message: str
     node_id: str | None = None
@@ -246,7 +247,7 @@ class Run:
     updated_at: datetime
     input: JSONDict = attrs.field(factory=dict)
     output: JSONDict | None = None
-    failure: Failure | None = None
+    failure: RunFailure | None = None
     finished_at: datetime | None = None
     step: int = 0
     channels: dict[str, ChannelState] = attrs.field(factory=dict)
@@ -685,7 +686,7 @@ def _plain_run(data: Mapping[str, Any]) -> Run | None:
         updated_at=parse_timestamp(_plain_str(data["updated_at"])),
         input=_plain_object(data["input"]),
         output=None if output is None else _plain_object(output),
-        failure=None if failure is None else converter.structure(failure, Failure),
+        failure=None if failure is None else converter.structure(failure, RunFailure),
         finished_at=None if finished is None else parse_timestamp(_plain_str(finished)),
         step=_plain_int(data["step"]),
         channels=_plain_channels(data["channels"]),
@@ -996,7 +997,7 @@ def idempotency_key(task: str, attempt: int) -> str:
 
 
 @attrs.frozen
-class InvalidRun:
+class InvalidRunDocument:
     """Why a run document is not durable-valid (every reason, each naming its field)."""
 
     reasons: tuple[str, ...]
@@ -1042,7 +1043,7 @@ def _durable_dict(value: object, path: str, out: list[str]) -> None:
         out.extend(durable_errors(value, path))
 
 
-def _check_task(key: str, task: object, run: Run, out: list[str]) -> None:
+def _add_task_problems(key: str, task: object, run: Run, out: list[str]) -> None:
     where = f"active_tasks.{key}"
     if not isinstance(task, TaskState):
         out.append(f"{where}: not a TaskState")
@@ -1075,7 +1076,9 @@ def _check_task(key: str, task: object, run: Run, out: list[str]) -> None:
     _durable_dict(task.metadata, f"{where}.metadata", out)
 
 
-def _check_interrupt_request(path: str, value: JSONDict, node_id: str, out: list[str]) -> None:
+def _add_interrupt_request_problems(
+    path: str, value: JSONDict, node_id: str, out: list[str]
+) -> None:
     ident = value.get("id")
     if ident is not None and not _is_str(ident):
         out.append(f"{path}.id: must be a non-empty string when present")
@@ -1127,8 +1130,8 @@ def run_problems(run: object) -> list[str]:
         out.append("failure: present exactly when the run failed")
     if run.failure is not None:
         failure = run.failure
-        if not isinstance(failure, Failure):
-            out.append("failure: not a Failure")
+        if not isinstance(failure, RunFailure):
+            out.append("failure: not a RunFailure")
         else:
             if not _is_str(failure.code) or not _is_str(failure.message):
                 out.append("failure: code and message must be non-empty strings")
@@ -1137,11 +1140,11 @@ def run_problems(run: object) -> list[str]:
             _durable_dict(failure.details, "failure.details", out)
     if out:
         return out  # structure is broken: the detailed checks below would only echo it
-    _check_collections(run, out)
+    _add_collection_problems(run, out)
     return out
 
 
-def _check_collections(run: Run, out: list[str]) -> None:
+def _add_collection_problems(run: Run, out: list[str]) -> None:
     if not isinstance(run.channels, dict):
         out.append("channels: must be a dict")
     else:
@@ -1172,7 +1175,7 @@ def _check_collections(run: Run, out: list[str]) -> None:
         out.append("timers/active_tasks: must be dicts")
         return
     for key, task in run.active_tasks.items():
-        _check_task(key, task, run, out)
+        _add_task_problems(key, task, run, out)
     if set(run.active_tasks) != set(run.timers):
         out.append("timers: keys must equal the active task ids")
     writes = run.pending_writes
@@ -1203,7 +1206,7 @@ def _check_collections(run: Run, out: list[str]) -> None:
             out.append(f"{path}: kind must be update or interrupt")
         _durable_dict(write.value, f"{path}.value", out)
         if write.kind is WriteKind.INTERRUPT and isinstance(write.value, dict):
-            _check_interrupt_request(f"{path}.value", write.value, write.node_id, out)
+            _add_interrupt_request_problems(f"{path}.value", write.value, write.node_id, out)
     if not isinstance(run.interrupts, dict):
         out.append("interrupts: must be a dict")
         return
@@ -1225,13 +1228,13 @@ def _check_collections(run: Run, out: list[str]) -> None:
 
 def _kept_by(failure: object) -> bool:
     """True when ``failure`` is a node failure, the one failure that keeps pending writes."""
-    return isinstance(failure, Failure) and failure.code == "node_failed"
+    return isinstance(failure, RunFailure) and failure.code == "node_failed"
 
 
-def validate_run(run: object) -> InvalidRun | None:
+def validate_run(run: object) -> InvalidRunDocument | None:
     """Durable validity of a run document as one typed answer (``None`` when valid)."""
     problems = run_problems(run)
-    return InvalidRun(tuple(problems)) if problems else None
+    return InvalidRunDocument(tuple(problems)) if problems else None
 
 
 def event_problems(event: object, run_id: str | None = None) -> list[str]:
@@ -1277,19 +1280,19 @@ __all__ = [
     "Event",
     "EventPage",
     "EventType",
-    "Failure",
     "GraphRef",
     "GraphVersion",
     "GraphVersionCursor",
     "GraphVersionPage",
     "InterruptState",
     "InterruptStatus",
-    "InvalidRun",
+    "InvalidRunDocument",
     "OwnerScope",
     "PendingWrite",
     "RecordDecodeError",
     "Run",
     "RunCursor",
+    "RunFailure",
     "RunInfo",
     "RunPage",
     "RunStatus",

@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar, cast
+from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar, assert_never, cast
 
 import attrs
 
@@ -499,6 +499,8 @@ def outcome_metadata(outcome: TaskOutcome) -> Metadata:
             return {"outcome": "interrupted"}
         case Failed(retryable=retryable, reason=reason):
             return {"outcome": "failed" if retryable else "failed_permanently", "reason": reason}
+        case _:
+            assert_never(outcome)
 
 
 # -- storage operations ----------------------------------------------------------------------

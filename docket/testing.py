@@ -23,7 +23,7 @@ proposal through a real transition store, claiming the run like a worker would.
 
 Every function has an ``async`` twin (``run_inline_async`` ...); the sync ones cannot be
 called from inside a running event loop. Errors are raised as the typed core errors
-(:class:`~docket.core.errors.InvalidInput`, :class:`~docket.core.errors.InvalidGraph`,
+(:class:`~docket.core.errors.InvalidInput`, :class:`~docket.core.errors.UncompilableGraph`,
 :class:`~docket.core.errors.AlreadyResolved`, ...); a run that fails is not an error, it is
 a result whose ``run.status`` is ``failed``.
 """
@@ -35,7 +35,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, ParamSpec, TypeAlias, TypeVar
+from typing import Any, Final, Literal, ParamSpec, TypeAlias, TypeVar, assert_never
 
 import attrs
 
@@ -50,17 +50,17 @@ from docket.contract.validate import (
     validate_initialize,
 )
 from docket.core.advance import advance
-from docket.core.errors import CoreError, InvalidGraph
+from docket.core.errors import CoreError, UncompilableGraph
 from docket.core.init import build_initial_run, initialize
 from docket.core.moment import (
     Continue,
     Moment,
     NotDue,
-    Park,
     Terminated,
     Unchanged,
     Wait,
     ceil_ms,
+    due_wake,
 )
 from docket.core.mutations import cancel_run, resolve_interrupt
 from docket.core.outcomes import TaskOutcome
@@ -232,7 +232,7 @@ def _runtime(graph: GraphLike, nodes: NodeRegistry | None) -> tuple[RuntimeGraph
         raise TypeError(f"expected a Graph, CompileResult or RuntimeGraph, got {type(graph)}")
     if not graph.ok or graph.runtime is None or graph.effective is None:
         diagnostics: list[JSONValue] = [d.to_dict() for d in graph.errors]
-        raise InvalidGraph("the graph does not compile", details={"diagnostics": diagnostics})
+        raise UncompilableGraph("the graph does not compile", details={"diagnostics": diagnostics})
     return graph.runtime, effective_document(graph.effective)
 
 
@@ -270,16 +270,19 @@ class _Ledger:
                 await self._claimed(moment, transition)
             else:
                 await self._unclaimed(moment, transition)
-        match moment.disposition:
-            case Continue() | Park(wake=Immediate()):
+        wake = due_wake(moment.disposition)
+        match wake:
+            case Immediate():
                 self.due_at = moment.proposed_at
-            case Park(wake=At(wake_at=when)):
+            case At(wake_at=when):
                 self.due_at = when
-            case Park(wake=External() | Terminal()):
+            case External() | Terminal():
                 self.due_at = None
+            case _:
+                assert_never(wake)
         self.checkpoints.append(moment.checkpoint())
 
-    def _check(self, operation: str, result: object) -> None:
+    def _require_valid(self, operation: str, result: object) -> None:
         if not isinstance(result, ValidTransition):
             raise ProposalRejected(operation, result)
 
@@ -292,17 +295,17 @@ class _Ledger:
     async def _initialize(self, moment: Moment, transition: str) -> None:
         proposal = init_proposal(moment, transition_id=transition)
         if self.options.validate:
-            self._check(
+            self._require_valid(
                 "initialize", validate_initialize(TENANTLESS, proposal, moment.events, Limits())
             )
         backend = self.options.backend
         if backend is not None:
             assert self.options.document is not None  # checked by _options
             ref = GraphRef(self.rtg.graph_id, self.rtg.graph_hash)
-            saved = await backend.save_graph(TENANTLESS, ref, self.options.document)
+            saved = await backend.graphs.save_graph(TENANTLESS, ref, self.options.document)
             if not isinstance(saved, GraphVersion):
                 raise ProposalRejected("save_graph", saved)
-            stored = await backend.initialize(TENANTLESS, proposal, moment.events)
+            stored = await backend.transitions.initialize(TENANTLESS, proposal, moment.events)
             self._stored("initialize", stored, moment)
 
     async def _claimed(self, moment: Moment, transition: str) -> None:
@@ -315,7 +318,7 @@ class _Ledger:
             policy = ClaimPolicy(
                 limit=1, orphan_ttl=timedelta(hours=1), max_claim_attempts=1 << 30, now=now
             )
-            batch = await backend.claim_due(policy)
+            batch = await backend.runs.claim_due(policy)
             if not isinstance(batch, ClaimBatch) or [lease.run_id for lease in batch.leases] != [
                 moment.run.id
             ]:
@@ -325,12 +328,12 @@ class _Ledger:
             moment, expected, self.token or "inline", transition_id=transition
         )
         if self.options.validate:
-            self._check(
+            self._require_valid(
                 "commit_claimed",
                 validate_commit_claimed(TENANTLESS, proposal, moment.events, Limits()),
             )
         if backend is not None:
-            stored = await backend.commit_claimed(TENANTLESS, proposal, moment.events)
+            stored = await backend.transitions.commit_claimed(TENANTLESS, proposal, moment.events)
             self._stored("commit_claimed", stored, moment)
             if schedule_for(moment.disposition, claimed=True) != proposal.schedule:
                 raise AssertionError("unreachable: the schedule was built from the disposition")
@@ -341,13 +344,15 @@ class _Ledger:
         expected = moment.run.checkpoint_seq - 1
         proposal = unclaimed_proposal(moment, transition_id=transition)
         if self.options.validate:
-            self._check(
+            self._require_valid(
                 "commit_unclaimed",
                 validate_commit_unclaimed(TENANTLESS, expected, proposal, moment.events, Limits()),
             )
         backend = self.options.backend
         if backend is not None:
-            stored = await backend.commit_unclaimed(TENANTLESS, expected, proposal, moment.events)
+            stored = await backend.transitions.commit_unclaimed(
+                TENANTLESS, expected, proposal, moment.events
+            )
             self._stored("commit_unclaimed", stored, moment)
             self.token = None  # a signal revokes any claim
 
@@ -355,7 +360,9 @@ class _Ledger:
         """The result, after handing back a claim still held (the next call claims anew)."""
         backend = self.options.backend
         if backend is not None and self.token is not None:
-            await backend.release_claim(TENANTLESS, run.id, self.token, now=self.options.clock())
+            await backend.runs.release_claim(
+                TENANTLESS, run.id, self.token, now=self.options.clock()
+            )
             self.token = None
         return InlineResult(
             run=run,
@@ -401,15 +408,20 @@ async def _drive(
                 commits += 1
                 if max_commits is not None and commits >= max_commits:
                     return run
+            case _:
+                assert_never(step)
         floor = None
-        match step.disposition:
-            case Continue() | Park(wake=Immediate()):
+        wake = due_wake(step.disposition)
+        match wake:
+            case Immediate():
                 steps += 1
-            case Park(wake=At(wake_at=when)):
+            case At(wake_at=when):
                 await _sleep(options, ceil_ms(when - run.updated_at))
                 floor = when
-            case Park(wake=External() | Terminal()):
+            case External() | Terminal():
                 return run
+            case _:
+                assert_never(wake)
 
 
 async def _execute(
@@ -428,8 +440,11 @@ async def _initialized(rtg: RuntimeGraph, run: Run, ledger: _Ledger) -> tuple[Ru
             raise moment
         case Terminated():
             return run, False
-    await ledger.accept(moment, "init" if run.status is RunStatus.CREATED else "unclaimed")
-    return moment.run, isinstance(moment.disposition, Continue)
+        case Moment():
+            await ledger.accept(moment, "init" if run.status is RunStatus.CREATED else "unclaimed")
+            return moment.run, isinstance(moment.disposition, Continue)
+        case _:
+            assert_never(moment)
 
 
 # -- public API ------------------------------------------------------------------------------
@@ -592,7 +607,7 @@ async def resolve_interrupt_inline_async(
 ) -> InlineResult:
     """Answer an open interrupt of ``run`` with ``value``, then drive the run on.
 
-    Raises ``InactiveRun`` (terminal run), ``AlreadyResolved``, ``NotFound`` (no such
+    Raises ``TerminalRun`` (terminal run), ``AlreadyResolved``, ``InterruptNotFound`` (no such
     interrupt) or ``InvalidInput`` (the value fails the interrupt's schema or the resume
     field) before anything is committed.
     """
@@ -630,7 +645,7 @@ async def cancel_inline_async(
     commit_to: MemoryBackend | Literal[True] | None = None,
 ) -> InlineResult:
     """Cancel ``run``. A cancelled run comes back unchanged (no checkpoint); a done or
-    failed one raises ``InactiveRun``."""
+    failed one raises ``TerminalRun``."""
     rtg, document = _runtime(graph, nodes)
     options = _options(
         rtg,

@@ -15,7 +15,6 @@ from docket.records import (
     Event,
     EventPage,
     EventType,
-    Failure,
     GraphRef,
     GraphVersion,
     GraphVersionCursor,
@@ -26,6 +25,7 @@ from docket.records import (
     RecordDecodeError,
     Run,
     RunCursor,
+    RunFailure,
     RunPage,
     RunStatus,
     RunSummary,
@@ -136,7 +136,7 @@ def test_loading_refuses_unknown_keys_and_non_durable_values() -> None:
         ({"status": RunStatus.DONE}, "finished_at: required"),
         ({"finished_at": T0}, "finished_at: present only on terminal"),
         ({"status": RunStatus.FAILED, "finished_at": T0}, "failure: present exactly"),
-        ({"failure": Failure(code="x", message="y")}, "failure: present exactly"),
+        ({"failure": RunFailure(code="x", message="y")}, "failure: present exactly"),
         ({"started_at": datetime(2026, 1, 1)}, "started_at"),
         ({"updated_at": T0.astimezone(timezone(timedelta(hours=1)))}, "updated_at"),
         ({"channels": {"a": ChannelState(channel_id="b")}}, "channels.a"),
@@ -167,7 +167,7 @@ def test_active_superstep_requires_a_running_run() -> None:
 
 
 def _failed(code: str, **changes: Any) -> Run:
-    failure = Failure(code=code, message="m")
+    failure = RunFailure(code=code, message="m")
     return running(status=RunStatus.FAILED, failure=failure, finished_at=T0, **changes)
 
 

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from docket.contract import (
     AbandonOutcome,
@@ -190,6 +190,8 @@ class FaultPlan:
                 fault.answer = answer
                 log(True, answer)
                 return answer
+            case _:
+                assert_never(fault.kind)
 
 
 class _GraphStore:

@@ -32,11 +32,11 @@ from docket.records import (
     CheckpointType,
     Event,
     EventType,
-    Failure,
     GraphRef,
     GraphVersion,
     OwnerScope,
     Run,
+    RunFailure,
     RunStatus,
 )
 from docket.values import JSONDict, content_hash
@@ -160,7 +160,7 @@ def successor(
     finished = at if status.terminal else None
     extra: dict[str, Any] = {}
     if status is RunStatus.FAILED:
-        extra["failure"] = Failure(code="boom", message="the node failed")
+        extra["failure"] = RunFailure(code="boom", message="the node failed")
     if status is RunStatus.DONE:
         extra["output"] = {"answer": 42}
     return attrs.evolve(

@@ -58,7 +58,7 @@ from docket.contract.proposals import (
     RetainClaim,
     Schedule,
 )
-from docket.contract.queries import check_claim_policy, select_claims
+from docket.contract.queries import require_claim_policy, select_claims
 from docket.contract.validate import (
     Replay,
     ValidTransition,
@@ -184,7 +184,7 @@ class _Reference(MemoryBackend):
         return select_claims(ready, expired, limit, preference)
 
     async def claim_due(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent:
-        check_claim_policy(policy)
+        require_claim_policy(policy)
         now = self._now(policy.now)
         with self._lock:
             ready: list[Candidate] = []
@@ -458,7 +458,7 @@ class PoisonNeverReached(_Reference):
     catches = ("CLAIM-MAX-ATTEMPTS-POISON",)
 
     async def claim_due(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent:
-        check_claim_policy(policy)
+        require_claim_policy(policy)
         return await super().claim_due(attrs.evolve(policy, max_claim_attempts=1 << 62))
 
 

@@ -35,9 +35,9 @@ from docket.contract import (
 from docket.records import (
     TENANTLESS,
     CheckpointType,
-    Failure,
     GraphRef,
     Run,
+    RunFailure,
     RunStatus,
     Tenant,
 )
@@ -114,7 +114,7 @@ def _status_run(run: Run, status: RunStatus) -> Run:
         status=status,
         finished_at=run.started_at if terminal else None,
         output={"ok": True} if status is RunStatus.DONE else None,
-        failure=Failure(code="x", message="y") if status is RunStatus.FAILED else None,
+        failure=RunFailure(code="x", message="y") if status is RunStatus.FAILED else None,
     )
 
 

@@ -25,10 +25,10 @@ from docket.cli._output import (
     one_line,
 )
 from docket.facade import Docket
-from docket.records import Failure as RunFailure
 from docket.records import (
     InterruptState,
     RunCursor,
+    RunFailure,
     RunInfo,
     format_timestamp,
     parse_timestamp,

@@ -20,6 +20,7 @@ import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import assert_never
 
 import attrs
 
@@ -69,12 +70,12 @@ from docket.contract.proposals import (
 )
 from docket.contract.queries import (
     abandon_wake,
-    check_abandon_policy,
-    check_claim_policy,
-    check_event_query,
-    check_graph_query,
-    check_run_query,
-    check_seq,
+    require_abandon_policy,
+    require_claim_policy,
+    require_event_query,
+    require_graph_query,
+    require_run_query,
+    require_seq,
     select_claims,
 )
 from docket.contract.registry import BackendFactory
@@ -299,7 +300,7 @@ class MemoryBackend:
     async def list_graph_versions(
         self, owner: OwnerScope, graph_id: str, query: GraphListQuery
     ) -> GraphVersionPage:
-        check_graph_query(query)
+        require_graph_query(query)
         with self._lock:
             versions = [
                 v for v in self._versions(owner, graph_id) if version_before(v, query.before)
@@ -338,7 +339,7 @@ class MemoryBackend:
 
     async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage:
         require_scope(scope)
-        check_run_query(query)
+        require_run_query(query)
         with self._lock:
             summaries = [
                 RunSummary.of(row.run, row.tenant)
@@ -364,7 +365,7 @@ class MemoryBackend:
         self, owner: OwnerScope, run_id: str, seq: int
     ) -> Event | NotFound | CorruptEventRow:
         require_owner(owner)
-        check_seq(seq)
+        require_seq(seq)
         with self._lock:
             row = self._row(owner, run_id)
             stored = row.events.get(seq) if row is not None else None
@@ -388,7 +389,7 @@ class MemoryBackend:
         self, owner: OwnerScope, run_id: str, query: EventListQuery
     ) -> EventPage | NotFound | CorruptEventRow:
         require_owner(owner)
-        check_event_query(query)
+        require_event_query(query)
         with self._lock:
             row = self._row(owner, run_id)
             if row is None:
@@ -414,7 +415,7 @@ class MemoryBackend:
     # -- claims -------------------------------------------------------------------------
 
     async def claim_due(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent:
-        check_claim_policy(policy)
+        require_claim_policy(policy)
         now = self._now(policy.now)
         with self._lock:
             ready: list[tuple[datetime, str, str | None]] = []
@@ -504,7 +505,7 @@ class MemoryBackend:
     ) -> AbandonOutcome:
         require_owner(owner)
         now = self._now(policy.now)
-        check_abandon_policy(policy, now)
+        require_abandon_policy(policy, now)
         with self._lock:
             row = self._row(owner, run_id)
             if (
@@ -686,6 +687,8 @@ class MemoryBackend:
                 row.wake_at = utc(moment)
             case External() | Terminal():
                 row.wake_at = None
+            case _:
+                assert_never(schedule.wake)
         self._notify_if_due(row.wake_at)
 
 

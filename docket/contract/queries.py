@@ -33,11 +33,11 @@ def _aware(name: str, value: object) -> None:
         raise ValueError(f"{name} must be an aware datetime, got {value!r}")
 
 
-def check_seq(seq: object) -> None:
+def require_seq(seq: object) -> None:
     _positive("seq", seq)
 
 
-def check_claim_policy(policy: ClaimPolicy) -> None:
+def require_claim_policy(policy: ClaimPolicy) -> None:
     if not isinstance(policy, ClaimPolicy):
         raise TypeError(f"expected ClaimPolicy, got {type(policy).__name__}")
     _positive("limit", policy.limit)
@@ -50,7 +50,7 @@ def check_claim_policy(policy: ClaimPolicy) -> None:
         _aware("now", policy.now)
 
 
-def check_abandon_policy(policy: AbandonPolicy, now: datetime) -> None:
+def require_abandon_policy(policy: AbandonPolicy, now: datetime) -> None:
     if not isinstance(policy, AbandonPolicy):
         raise TypeError(f"expected AbandonPolicy, got {type(policy).__name__}")
     seq = policy.expected_checkpoint_seq
@@ -69,7 +69,7 @@ def check_abandon_policy(policy: AbandonPolicy, now: datetime) -> None:
         raise ValueError("backoff needs 0 < base <= cap")
 
 
-def check_run_query(query: RunListQuery) -> None:
+def require_run_query(query: RunListQuery) -> None:
     if not isinstance(query, RunListQuery):
         raise TypeError(f"expected RunListQuery, got {type(query).__name__}")
     _positive("limit", query.limit)
@@ -86,7 +86,7 @@ def check_run_query(query: RunListQuery) -> None:
             raise TypeError(f"{name} must be a string or None")
 
 
-def check_event_query(query: EventListQuery) -> None:
+def require_event_query(query: EventListQuery) -> None:
     if not isinstance(query, EventListQuery):
         raise TypeError(f"expected EventListQuery, got {type(query).__name__}")
     _positive("limit", query.limit)
@@ -95,7 +95,7 @@ def check_event_query(query: EventListQuery) -> None:
         raise ValueError(f"after_seq must be a non-negative integer, got {after!r}")
 
 
-def check_graph_query(query: GraphListQuery) -> None:
+def require_graph_query(query: GraphListQuery) -> None:
     if not isinstance(query, GraphListQuery):
         raise TypeError(f"expected GraphListQuery, got {type(query).__name__}")
     _positive("limit", query.limit)
@@ -153,11 +153,11 @@ def select_claims(
 
 __all__ = [
     "abandon_wake",
-    "check_abandon_policy",
-    "check_claim_policy",
-    "check_event_query",
-    "check_graph_query",
-    "check_run_query",
-    "check_seq",
+    "require_abandon_policy",
+    "require_claim_policy",
+    "require_event_query",
+    "require_graph_query",
+    "require_run_query",
+    "require_seq",
     "select_claims",
 ]

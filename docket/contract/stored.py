@@ -8,13 +8,15 @@ them here means a fix to what counts as corrupt lands in every backend at once.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from docket.contract.errors import CorruptEventRow, CorruptGraph
 from docket.contract.validate import graph_document_id
-from docket.records import Event, GraphRef, event_from_json
+from docket.proposals import EventListQuery
+from docket.records import Event, EventPage, GraphRef, event_from_json
 from docket.values import JSONDict, sha256_hex
 
-__all__ = ["decode_event", "decode_graph"]
+__all__ = ["decode_event", "decode_event_page", "decode_graph"]
 
 
 def decode_event(run_id: str, seq: int, data: bytes) -> Event | CorruptEventRow:
@@ -41,3 +43,32 @@ def decode_graph(ref: GraphRef, data: bytes) -> JSONDict | CorruptGraph:
     if not isinstance(document, dict) or graph_document_id(document) != ref.graph_id:
         return CorruptGraph("the stored document does not declare this graph id")
     return document
+
+
+def decode_event_page(
+    run_id: str,
+    rows: Iterable[tuple[int, bytes]],
+    query: EventListQuery,
+    *,
+    oldest: int | None,
+    newest: int | None,
+    latest: int,
+) -> EventPage | CorruptEventRow:
+    """The ``list_events`` page made of the stored ``(seq, bytes)`` rows a backend read
+    after ``query.after_seq`` (at most ``query.limit``, in order), with the run's
+    ``event_seq`` (``latest``) and the oldest and newest seqs still stored; the first
+    corrupt row answers instead of the page."""
+    events: list[Event] = []
+    for seq, data in rows:
+        decoded = decode_event(run_id, seq, data)
+        if isinstance(decoded, CorruptEventRow):
+            return decoded
+        events.append(decoded)
+    return EventPage.from_candidates(
+        events,
+        limit=query.limit,
+        after_seq=query.after_seq,
+        oldest_available_seq=oldest,
+        latest_available_seq=newest,
+        latest_seq=latest,
+    )

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 from docket.contract.capabilities import Limits
 from docket.contract.errors import TransitionResult
-from docket.contract.proposals import ClaimedProposal, InitProposal, UnclaimedProposal
 from docket.contract.validate import (
     ValidationResult,
     ValidTransition,
@@ -25,6 +24,7 @@ from docket.contract.validate import (
     validate_initialize,
     validate_initialize_claimed,
 )
+from docket.proposals import ClaimedProposal, InitProposal, UnclaimedProposal
 from docket.records import Event, OwnerScope
 
 __all__ = ["ValidatedTransitions"]

@@ -17,9 +17,9 @@ One boundary at a time: commit the moment before asking again.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TypeAlias
+from typing import TypeAlias, assert_never
 
-from docket.core.errors import GraphMismatch, InvalidPolicy, InvalidRun
+from docket.core.errors import GraphMismatch, InvalidPolicy, UnusableRun
 from docket.core.finish import completion_moment, error_failure, failure_moment
 from docket.core.init import check_graph
 from docket.core.moment import Moment, NotDue, Terminated, Wait, ceil_ms
@@ -35,7 +35,7 @@ from docket.core.plan import (
     resumed_activations,
 )
 from docket.graph.compiler import RuntimeGraph
-from docket.records import Failure, Run, RunStatus
+from docket.records import Run, RunFailure, RunStatus
 
 __all__ = ["Step", "advance"]
 
@@ -51,13 +51,13 @@ def advance(
     now: datetime,
     limits: HostLimits = _DEFAULT_LIMITS,
     resume_floor: datetime | None = None,
-) -> Step | InvalidRun | GraphMismatch:
+) -> Step | UnusableRun | GraphMismatch:
     """Decide the next boundary of ``run`` at ``now`` (floored by ``resume_floor``: a driver
     passes the timer deadline it already waited for, so it counts as due)."""
     if resume_floor is not None and resume_floor > now:
         now = resume_floor
     if run.status is RunStatus.CREATED:
-        return InvalidRun("the run must be initialized before it can advance", phase="plan")
+        return UnusableRun("the run must be initialized before it can advance", phase="plan")
     mismatch = check_graph(rtg, run)
     if mismatch is not None:
         return mismatch
@@ -74,19 +74,20 @@ def advance(
             resume_at = min(t.fires_at for t in run.timers.values())
             return NotDue(run, resume_at, ceil_ms(resume_at - now))
         resumed = resumed_activations(rtg, run, due, limits)
-        if isinstance(resumed, InvalidRun | InvalidPolicy):
+        if isinstance(resumed, UnusableRun | InvalidPolicy):
             return failure_moment(run, error_failure(resumed), now)
         return Dispatch(run=run, activations=resumed, now=now, resumed=True)
 
-    match plan(rtg, run, limits):
-        case InvalidRun() as invalid:
+    planned = plan(rtg, run, limits)
+    match planned:
+        case UnusableRun() as invalid:
             return failure_moment(run, error_failure(invalid), now)
         case Quiescent():
             return completion_moment(rtg, run, now)
         case Blocked(interrupt_ids=waiting):
             return Wait(run, waiting)
         case OverLimit(limit=limit):
-            failure = Failure(
+            failure = RunFailure(
                 code="max_supersteps_exceeded",
                 message=f"run exceeded the superstep limit of {limit}",
                 details={"limit": limit},
@@ -97,4 +98,5 @@ def advance(
             if isinstance(fresh, InvalidPolicy):
                 return failure_moment(run, error_failure(fresh), now)
             return Dispatch(run=run, activations=fresh, now=now, resumed=False)
-    raise AssertionError("unreachable: plan returned an unknown result")
+        case _:
+            assert_never(planned)

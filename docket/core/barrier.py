@@ -27,8 +27,7 @@ from typing import Any
 
 import attrs
 
-from docket.contract.proposals import External
-from docket.core.errors import InvalidRun
+from docket.core.errors import UnusableRun
 from docket.core.finish import AttemptFailure, error_failure, failure_moment, superstep_failure
 from docket.core.interrupts import duplicate_ids, request_problems
 from docket.core.moment import Continue, Disposition, Entry, Moment, Park, ParkReason, propose
@@ -39,15 +38,16 @@ from docket.graph.compiler import ChannelKind, RuntimeEdge, RuntimeGraph
 from docket.graph.guards import GuardEvalError, evaluate
 from docket.graph.model import FINISH
 from docket.graph.reducers import FieldRule, StepRejected, commit_step
+from docket.proposals import External
 from docket.records import (
     ChannelState,
     CheckpointType,
     EventType,
-    Failure,
     InterruptState,
     InterruptStatus,
     PendingWrite,
     Run,
+    RunFailure,
     RunStatus,
     WriteKind,
 )
@@ -83,7 +83,7 @@ def commit_barrier(
     ordered = sorted(writes, key=lambda w: w.node_id)
     strangers = sorted({w.node_id for w in ordered if w.node_id not in rtg.nodes})
     if strangers:
-        lost = InvalidRun(
+        lost = UnusableRun(
             f"pending results name nodes the graph does not have: {', '.join(strangers)}",
             phase="commit",
             details={"nodes": list[JSONValue](strangers)},
@@ -179,7 +179,7 @@ def commit_barrier(
             assert view is not None  # built above for any guarded edge
             verdict = evaluate(edge.guard, view)
             if isinstance(verdict, GuardEvalError):
-                failure = Failure(
+                failure = RunFailure(
                     code="guard_evaluation_failed",
                     message=f"edge {edge.id} guard evaluation failed",
                     details={"edge_id": edge.id, "reasons": list[JSONValue](verdict.reasons)},

@@ -14,53 +14,31 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from docket.values import JSONDict, JSONValue, canonical_json
+from docket.coded import CodedError
+from docket.values import canonical_json
 
 __all__ = [
     "AlreadyResolved",
     "CoreError",
     "GraphMismatch",
     "GuardEvaluationFailed",
-    "InactiveRun",
     "IncompatibleExecutionPolicy",
-    "InvalidGraph",
+    "InterruptNotFound",
     "InvalidInput",
     "InvalidPolicy",
-    "InvalidRun",
     "MalformedMoment",
     "NotContinue",
-    "NotFound",
     "NotRetryable",
+    "TerminalRun",
+    "UncompilableGraph",
+    "UnusableRun",
 ]
 
 
-class CoreError(Exception):
+class CoreError(CodedError):
     """Base of every core error. ``code`` is the stable machine-readable type."""
 
     code: ClassVar[str] = "core_error"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        phase: str | None = None,
-        node_id: str | None = None,
-        details: JSONDict | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.phase = phase
-        self.node_id = node_id
-        self.details: JSONDict = dict(details or {})
-
-    def to_dict(self) -> JSONDict:
-        return {
-            "type": self.code,
-            "message": self.message,
-            "phase": self.phase,
-            "node_id": self.node_id,
-            "details": self.details,
-        }
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -70,9 +48,6 @@ class CoreError(Exception):
 
     def __hash__(self) -> int:
         return hash((self.code, self.message, self.phase, self.node_id))
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
 
     def __repr__(self) -> str:
         extra = "".join(
@@ -86,14 +61,8 @@ class CoreError(Exception):
         )
         return f"{type(self).__name__}({self.message!r}{extra})"
 
-    @property
-    def reasons(self) -> list[str]:
-        """``details["reasons"]`` as a list of strings (empty when absent)."""
-        raw: JSONValue = self.details.get("reasons", [])
-        return [str(r) for r in raw] if isinstance(raw, list) else []
 
-
-class InvalidGraph(CoreError):
+class UncompilableGraph(CoreError):
     """The graph does not compile (``details["diagnostics"]``) or is missing."""
 
     code = "invalid_graph"
@@ -117,7 +86,7 @@ class GuardEvaluationFailed(CoreError):
     code = "guard_evaluation_failed"
 
 
-class InvalidRun(CoreError):
+class UnusableRun(CoreError):
     """The run cannot be advanced or changed in its present form (e.g. never initialized)."""
 
     code = "invalid_run"
@@ -129,7 +98,7 @@ class InvalidPolicy(CoreError):
     code = "invalid_policy"
 
 
-class NotFound(CoreError):
+class InterruptNotFound(CoreError):
     """No open or resolved interrupt with that id exists on the run."""
 
     code = "not_found"
@@ -141,7 +110,7 @@ class AlreadyResolved(CoreError):
     code = "already_resolved"
 
 
-class InactiveRun(CoreError):
+class TerminalRun(CoreError):
     """The run is terminal (done, failed or cancelled): nothing can change it."""
 
     code = "inactive_run"

@@ -19,7 +19,6 @@ from datetime import datetime
 
 import attrs
 
-from docket.contract.proposals import Terminal
 from docket.core.captured import (
     FAILURE_DETAILS_BUDGET,
     FAILURE_TRACEBACK_BUDGET,
@@ -31,7 +30,8 @@ from docket.core.errors import CoreError
 from docket.core.moment import Entry, Moment, Park, ParkReason, propose
 from docket.core.state import project_outputs
 from docket.graph.compiler import RuntimeGraph
-from docket.records import CheckpointType, EventType, Failure, PendingWrite, Run, RunStatus
+from docket.proposals import Terminal
+from docket.records import CheckpointType, EventType, PendingWrite, Run, RunFailure, RunStatus
 from docket.values import JSONDict, JSONValue
 
 __all__ = [
@@ -47,7 +47,7 @@ __all__ = [
 @attrs.frozen(kw_only=True)
 class AttemptFailure:
     """One failed attempt, as reported in ``node_failed`` events: its reason, and what
-    went wrong when it is known (the exception raised, the ``Failure``'s details)."""
+    went wrong when it is known (the exception raised, the node's ``Failure`` details)."""
 
     node_id: str
     task_id: str
@@ -100,7 +100,7 @@ def completion_moment(rtg: RuntimeGraph, run: Run, now: datetime) -> Moment:
 
 def failure_moment(
     run: Run,
-    failure: Failure,
+    failure: RunFailure,
     now: datetime,
     entries: Sequence[Entry] = (),
     *,
@@ -135,9 +135,9 @@ def failure_moment(
     )
 
 
-def error_failure(error: CoreError) -> Failure:
+def error_failure(error: CoreError) -> RunFailure:
     """The run failure recorded for a typed core error (its code, message and details)."""
-    return Failure(
+    return RunFailure(
         code=error.code, message=error.message, node_id=error.node_id, details=error.details
     )
 
@@ -166,7 +166,7 @@ def superstep_failure(
     label = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}"
     details: JSONDict = {"nodes": list[JSONValue](nodes), "errors": errors}
     details.update(_what_went_wrong(ordered))
-    failure = Failure(
+    failure = RunFailure(
         code="node_failed",
         message=f"{label} failed permanently",
         node_id=nodes[0] if len(nodes) == 1 else None,

@@ -14,7 +14,6 @@ from datetime import datetime
 
 import attrs
 
-from docket.contract.proposals import External
 from docket.core.barrier import edge_entry
 from docket.core.errors import GraphMismatch, GuardEvaluationFailed, InvalidInput
 from docket.core.moment import Continue, Entry, Moment, Park, ParkReason, Terminated, propose
@@ -23,10 +22,11 @@ from docket.graph.compiler import ChannelKind, RuntimeEdge, RuntimeGraph
 from docket.graph.guards import GuardEvalError, evaluate
 from docket.graph.model import FINISH
 from docket.graph.schema import validate
+from docket.proposals import External
 from docket.records import ChannelState, CheckpointType, EventType, Run, RunStatus
 from docket.values import JSONDict, JSONValue, NonDurableValue, coerce_durable
 
-__all__ = ["build_initial_run", "check_graph", "check_input", "initialize"]
+__all__ = ["build_initial_run", "check_graph", "initialize", "parse_input"]
 
 
 def build_initial_run(
@@ -67,7 +67,7 @@ def check_graph(rtg: RuntimeGraph, run: Run) -> GraphMismatch | None:
     )
 
 
-def check_input(rtg: RuntimeGraph, value: object) -> JSONDict | InvalidInput:
+def parse_input(rtg: RuntimeGraph, value: object) -> JSONDict | InvalidInput:
     """The coerced input, or every reason it is rejected (in a fixed order: unknown keys,
     missing or null required inputs, then schema violations, each group sorted)."""
     if value is None:
@@ -127,7 +127,7 @@ def initialize(
             now,
         )
 
-    checked = check_input(rtg, run.input)
+    checked = parse_input(rtg, run.input)
     if isinstance(checked, InvalidInput):
         return checked
     provided = sorted(checked)

@@ -17,12 +17,12 @@ import operator
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, assert_never
 
 import attrs
 
-from docket.contract.proposals import At, External, Immediate, Terminal, Wake
 from docket.core.errors import MalformedMoment, NotContinue
+from docket.proposals import At, External, Immediate, Terminal, Wake
 from docket.records import (
     Checkpoint,
     CheckpointType,
@@ -46,6 +46,7 @@ __all__ = [
     "Unchanged",
     "Wait",
     "ceil_ms",
+    "due_wake",
     "envelope",
     "propose",
     "wake_name",
@@ -80,20 +81,29 @@ class Park:
 Disposition: TypeAlias = Continue | Park
 
 
+def due_wake(disposition: Disposition) -> Wake:
+    """When the run is due again: at once (``Immediate``) after a ``Continue``, else the
+    park's own wake. Match on this rather than on ``Park(wake=...)`` patterns: mypy does
+    not narrow nested patterns, so only a flat match over ``Wake`` is checked exhaustive."""
+    return Immediate() if isinstance(disposition, Continue) else disposition.wake
+
+
 def wake_name(disposition: Disposition) -> str:
     """``continue``, ``immediate``, ``external``, ``at`` or ``terminal``."""
-    match disposition:
-        case Continue():
-            return "continue"
-        case Park(wake=Immediate()):
+    if isinstance(disposition, Continue):
+        return "continue"
+    wake = disposition.wake
+    match wake:
+        case Immediate():
             return "immediate"
-        case Park(wake=External()):
+        case External():
             return "external"
-        case Park(wake=At()):
+        case At():
             return "at"
-        case Park(wake=Terminal()):
+        case Terminal():
             return "terminal"
-    raise TypeError(f"not a disposition: {disposition!r}")
+        case _:
+            assert_never(wake)
 
 
 @attrs.frozen(kw_only=True)

@@ -15,14 +15,13 @@ from datetime import datetime
 
 import attrs
 
-from docket.contract.proposals import At, Immediate, Terminal
 from docket.core.errors import (
     AlreadyResolved,
     GraphMismatch,
-    InactiveRun,
+    InterruptNotFound,
     InvalidInput,
-    InvalidRun,
-    NotFound,
+    TerminalRun,
+    UnusableRun,
 )
 from docket.core.init import check_graph
 from docket.core.interrupts import resume_field_problem
@@ -31,6 +30,7 @@ from docket.core.state import committed_fields
 from docket.graph.compiler import RuntimeGraph
 from docket.graph.reducers import StepRejected, commit_step
 from docket.graph.schema import schema_from_json, validate
+from docket.proposals import At, Immediate, Terminal
 from docket.records import (
     ChannelState,
     CheckpointType,
@@ -44,26 +44,34 @@ from docket.values import JSONValue, NonDurableValue, coerce_durable
 __all__ = ["cancel_run", "resolve_interrupt"]
 
 
-def _inactive(run: Run, action: str) -> InactiveRun:
-    return InactiveRun(
+def _inactive(run: Run, action: str) -> TerminalRun:
+    return TerminalRun(
         f"run {run.id!r} is {run.status} and cannot be {action}",
         phase="resolve" if action == "resumed" else "cancel",
         details={"status": str(run.status)},
     )
 
 
-def _uninitialized(run: Run) -> InvalidRun:
-    return InvalidRun(f"run {run.id!r} was never initialized", details={"status": str(run.status)})
+def _uninitialized(run: Run) -> UnusableRun:
+    return UnusableRun(f"run {run.id!r} was never initialized", details={"status": str(run.status)})
 
 
 def resolve_interrupt(
     rtg: RuntimeGraph, run: Run, interrupt_id: str, value: object, *, now: datetime
-) -> Moment | InactiveRun | InvalidRun | GraphMismatch | AlreadyResolved | NotFound | InvalidInput:
+) -> (
+    Moment
+    | TerminalRun
+    | UnusableRun
+    | GraphMismatch
+    | AlreadyResolved
+    | InterruptNotFound
+    | InvalidInput
+):
     """Answer the open interrupt ``interrupt_id`` of ``run`` with ``value``.
 
-    Checked in order: terminal run (``InactiveRun``), never initialized (``InvalidRun``),
+    Checked in order: terminal run (``TerminalRun``), never initialized (``UnusableRun``),
     other graph (``GraphMismatch``), already resolved (``AlreadyResolved``), unknown id
-    (``NotFound``), then the value: durable, valid for the interrupt's schema, and a valid
+    (``InterruptNotFound``), then the value: durable, valid for the interrupt's schema, and a valid
     write of the resume field (``InvalidInput`` with ``details["reasons"]``).
     """
     if run.status.terminal:
@@ -82,7 +90,7 @@ def resolve_interrupt(
             details={"interrupt_id": interrupt_id},
         )
     if interrupt is None:
-        return NotFound(
+        return InterruptNotFound(
             f"run {run.id!r} has no interrupt {interrupt_id!r}",
             phase="resolve",
             details={"interrupt_id": interrupt_id},
@@ -100,7 +108,7 @@ def resolve_interrupt(
         try:
             reasons.extend(validate(schema_from_json(interrupt.schema), answer))
         except ValueError as exc:
-            return InvalidRun(
+            return UnusableRun(
                 f"interrupt {interrupt_id!r} carries a malformed schema: {exc}", phase="resolve"
             )
     if reasons:
@@ -113,7 +121,7 @@ def resolve_interrupt(
     field = interrupt.resume_channel
     problem = resume_field_problem(rtg, field)
     if problem is not None:
-        return InvalidRun(problem, phase="resolve", node_id=interrupt.node_id)
+        return UnusableRun(problem, phase="resolve", node_id=interrupt.node_id)
     written = commit_step(
         rtg.field_rule_map,
         rtg.input_ids,
@@ -178,9 +186,9 @@ def resolve_interrupt(
     )
 
 
-def cancel_run(run: Run, *, now: datetime) -> Moment | Unchanged | InactiveRun | InvalidRun:
+def cancel_run(run: Run, *, now: datetime) -> Moment | Unchanged | TerminalRun | UnusableRun:
     """Cancel ``run``: a cancelled run is returned unchanged (no sequence consumed); a done
-    or failed one is ``InactiveRun``; the active superstep, if any, is discarded."""
+    or failed one is ``TerminalRun``; the active superstep, if any, is discarded."""
     if run.status is RunStatus.CANCELLED:
         return Unchanged(run)
     if run.status.terminal:

@@ -16,7 +16,7 @@ from typing import Final, TypeAlias
 
 import attrs
 
-from docket.core.errors import IncompatibleExecutionPolicy, InvalidPolicy, InvalidRun
+from docket.core.errors import IncompatibleExecutionPolicy, InvalidPolicy, UnusableRun
 from docket.core.state import snapshot, source_versions
 from docket.graph.compiler import RuntimeGraph, RuntimeNode
 from docket.graph.nodes import NodePolicies, RetryPolicy
@@ -156,7 +156,7 @@ class Runnable:
     node_ids: tuple[str, ...]
 
 
-PlanResult: TypeAlias = Quiescent | Blocked | OverLimit | Runnable | InvalidRun
+PlanResult: TypeAlias = Quiescent | Blocked | OverLimit | Runnable | UnusableRun
 
 
 def open_interrupt_ids(run: Run) -> tuple[str, ...]:
@@ -201,14 +201,14 @@ def superstep_limit(rtg: RuntimeGraph, limits: HostLimits) -> int | None:
 def plan(rtg: RuntimeGraph, run: Run, limits: HostLimits) -> PlanResult:
     """What runs next. A run with pending writes and no parked task is a reopened failed
     superstep (:mod:`docket.core.reopen`): its finished nodes wait at the barrier, so only
-    the others are planned (an empty plan then is an :class:`InvalidRun`, never completion).
+    the others are planned (an empty plan then is an :class:`UnusableRun`, never completion).
     """
     nodes = candidates(rtg, run)
     if run.pending_writes:
         written = {w.node_id for w in run.pending_writes}
         nodes = tuple(n for n in nodes if n not in written)
         if not nodes:
-            return InvalidRun(
+            return UnusableRun(
                 "the pending writes cover every planned node: nothing is left to retry",
                 phase="plan",
                 details={"nodes": list[JSONValue](sorted(written))},
@@ -318,14 +318,14 @@ def fresh_activations(
 
 def resumed_activations(
     rtg: RuntimeGraph, run: Run, tasks: Iterable[TaskState], limits: HostLimits
-) -> tuple[Activation, ...] | InvalidRun | InvalidPolicy:
+) -> tuple[Activation, ...] | UnusableRun | InvalidPolicy:
     """Parked attempts, identity copied from their task records; config and policies come
     from the graph again."""
     out: list[Activation] = []
     for task in sorted(tasks, key=lambda t: (t.node_id, t.task_id)):
         node = rtg.nodes.get(task.node_id)
         if node is None:
-            return InvalidRun(
+            return UnusableRun(
                 f"parked task {task.task_id!r} names node {task.node_id!r}, "
                 "which the graph does not have",
                 phase="plan",

@@ -14,8 +14,10 @@ differ between two different proposals even for the same checkpoint sequence.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import assert_never
 
-from docket.contract.proposals import (
+from docket.core.moment import Continue, Disposition, Moment, Park, due_wake
+from docket.proposals import (
     At,
     ClaimedProposal,
     External,
@@ -27,7 +29,6 @@ from docket.contract.proposals import (
     Terminal,
     UnclaimedProposal,
 )
-from docket.core.moment import Continue, Disposition, Moment, Park
 
 __all__ = [
     "claimed_proposal",
@@ -44,19 +45,22 @@ def schedule_for(disposition: Disposition, *, claimed: bool) -> Schedule:
             return RetainClaim() if claimed else ReleaseClaim(Immediate())
         case Park(wake=wake):
             return ReleaseClaim(wake)
-    raise TypeError(f"not a disposition: {disposition!r}")
+        case _:
+            assert_never(disposition)
 
 
 def initial_wake(moment: Moment) -> datetime | None:
     """When a newly initialized run is due (``None``: it waits for a signal or is over)."""
-    match moment.disposition:
-        case Continue() | Park(wake=Immediate()):
+    wake = due_wake(moment.disposition)
+    match wake:
+        case Immediate():
             return moment.proposed_at
-        case Park(wake=At(wake_at=when)):
+        case At(wake_at=when):
             return when
-        case Park(wake=External() | Terminal()):
+        case External() | Terminal():
             return None
-    raise TypeError(f"not a disposition: {moment.disposition!r}")
+        case _:
+            assert_never(wake)
 
 
 def init_proposal(moment: Moment, *, transition_id: str) -> InitProposal:

@@ -23,9 +23,9 @@ from typing import Final
 
 import attrs
 
-from docket.contract.proposals import Immediate
-from docket.core.errors import InactiveRun, InvalidInput, InvalidRun, NotRetryable
+from docket.core.errors import InvalidInput, NotRetryable, TerminalRun, UnusableRun
 from docket.core.moment import Entry, Moment, Park, ParkReason, propose
+from docket.proposals import Immediate
 from docket.records import CheckpointType, EventType, Run, RunStatus, converter
 from docket.values import JSONDict
 
@@ -53,25 +53,25 @@ def check_reason(reason: object) -> InvalidInput | None:
 
 def reopen_failed_run(
     run: Run, *, reason: str | None, now: datetime
-) -> Moment | InactiveRun | NotRetryable | InvalidRun | InvalidInput:
+) -> Moment | TerminalRun | NotRetryable | UnusableRun | InvalidInput:
     """Reopen the failed ``run`` from its last committed checkpoint.
 
     Checked in order: the reason (``InvalidInput``), a done or cancelled run
-    (``InactiveRun``), a run that is running or waiting (``NotRetryable``: say a second
+    (``TerminalRun``), a run that is running or waiting (``NotRetryable``: say a second
     operator's retry, after the first already reopened it), never initialized
-    (``InvalidRun``).
+    (``UnusableRun``).
     """
     bad = check_reason(reason)
     if bad is not None:
         return bad
     if run.status in (RunStatus.DONE, RunStatus.CANCELLED):
-        return InactiveRun(
+        return TerminalRun(
             f"run {run.id!r} is {run.status} and cannot be retried",
             phase="retry",
             details={"status": str(run.status)},
         )
     if run.status is RunStatus.CREATED:
-        return InvalidRun(f"run {run.id!r} was never initialized", phase="retry")
+        return UnusableRun(f"run {run.id!r} was never initialized", phase="retry")
     if run.status is not RunStatus.FAILED or run.failure is None:
         return NotRetryable(
             f"run {run.id!r} is {run.status}, not failed: there is nothing to retry "

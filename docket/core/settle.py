@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import assert_never
 
 import attrs
 
-from docket.contract.proposals import At
 from docket.core.barrier import commit_barrier
 from docket.core.finish import AttemptFailure, node_failed_entry, superstep_failure
 from docket.core.interrupts import duplicate_ids, request_from_interrupt
@@ -29,6 +29,7 @@ from docket.core.outcomes import Completed, Failed, Interrupted, TaskOutcome, fo
 from docket.core.plan import Activation, Dispatch
 from docket.graph.compiler import RuntimeGraph
 from docket.graph.reducers import RejectedUpdate, validate_update
+from docket.proposals import At
 from docket.records import (
     TASK_RETRY_SCHEDULED,
     TIMER_RETRY,
@@ -123,6 +124,8 @@ def settle(
                     retried.append((activation, failure(activation, reason, outcome)))
                 else:
                     permanent.append(failure(activation, reason, outcome))
+            case _:
+                assert_never(outcome)
 
     requests = [w for w in (*run.pending_writes, *writes) if w.kind is WriteKind.INTERRUPT]
     twice = duplicate_ids([w.value for w in requests])

@@ -30,7 +30,7 @@ Public API
 - ``effective_document(graph) -> JSONDict`` / ``graph_from_effective_document(doc) -> Graph``:
   the durable, hashed form and its canonical decoder.
 - ``node_policies(policies) -> (NodePolicies, problems)``: node policy resolution.
-- ``check_runtime(runtime) -> list[Diagnostic]``: the lowering self-checks.
+- ``runtime_diagnostics(runtime) -> list[Diagnostic]``: the lowering self-checks.
 - ``CompileResult``, ``RuntimeGraph``, ``RuntimeChannel``, ``RuntimeNode``, ``RuntimeEdge``,
   ``RuntimeOutput``, ``Lowering``, ``ChannelKind``, ``ChannelType``.
 """
@@ -95,12 +95,12 @@ __all__ = [
     "RuntimeGraph",
     "RuntimeNode",
     "RuntimeOutput",
-    "check_runtime",
     "compile_effective_document",
     "compile_graph",
     "effective_document",
     "graph_from_effective_document",
     "node_policies",
+    "runtime_diagnostics",
     "verify",
 ]
 
@@ -332,7 +332,7 @@ def compile_effective_document(
 ) -> CompileResult:
     """Recompile a stored effective document (defaults are *not* materialised again, so
     the hash is the document's own). The document must be canonical."""
-    _check_options(registry, max_supersteps)
+    _require_options(registry, max_supersteps)
     try:
         graph = graph_from_effective_document(doc)
     except GraphLoadError as exc:
@@ -389,7 +389,7 @@ def _load_error(message: str) -> GraphLoadError:
     return GraphLoadError([Diagnostic(C.INVALID_DOCUMENT, E, (), message)])
 
 
-def _check_options(registry: object, max_supersteps: object) -> None:
+def _require_options(registry: object, max_supersteps: object) -> None:
     if not isinstance(registry, NodeRegistry):
         raise TypeError(f"registry must be a NodeRegistry, got {type(registry).__name__}")
     if max_supersteps is not None and not _positive_int(max_supersteps):
@@ -399,7 +399,7 @@ def _check_options(registry: object, max_supersteps: object) -> None:
 def _compile(
     graph: Graph, registry: NodeRegistry, max_supersteps: int | None, *, materialise: bool
 ) -> CompileResult:
-    _check_options(registry, max_supersteps)
+    _require_options(registry, max_supersteps)
     ingested = _ingest(graph)
     if not isinstance(ingested, Graph):
         return CompileResult(False, tuple(ingested))
@@ -410,7 +410,7 @@ def _compile(
         return CompileResult(False, tuple(diagnostics))
     graph_hash = _content_hash(effective_document(effective))
     runtime = _lower(effective, graph_hash, registry, max_supersteps)
-    diagnostics += check_runtime(runtime)
+    diagnostics += runtime_diagnostics(runtime)
     if any(d.severity is E for d in diagnostics):
         return CompileResult(False, tuple(diagnostics))
     return CompileResult(True, tuple(diagnostics), effective, graph_hash, runtime)
@@ -604,10 +604,10 @@ class _Validator:
                 f"schema_version {g.schema_version} is not supported "
                 f"(expected {SUPPORTED_SCHEMA_VERSION})",
             )
-        self.check_id(g.id, ("id",), "graph")
+        self.add_id_problems(g.id, ("id",), "graph")
         for coll in ("inputs", "fields", "outputs", "nodes", "edges"):
             for record_id in _sorted(getattr(g, coll)):
-                self.check_id(record_id, (coll, record_id), coll[:-1])
+                self.add_id_problems(record_id, (coll, record_id), coll[:-1])
         for field_id in sorted(set(g.inputs) & set(g.fields)):
             self.add(
                 C.DUPLICATE_STATE_ID,
@@ -631,7 +631,7 @@ class _Validator:
                 limit=self.host_limit,
             )
 
-    def check_id(self, value: str, path: Path, label: str) -> None:
+    def add_id_problems(self, value: str, path: Path, label: str) -> None:
         problem = id_problem(value)
         if problem is C.RESERVED_ID:
             self.add(problem, path, f"{label} ID {value!r} is reserved")
@@ -1206,7 +1206,7 @@ def _lower(
     )
 
 
-def check_runtime(runtime: RuntimeGraph) -> list[Diagnostic]:
+def runtime_diagnostics(runtime: RuntimeGraph) -> list[Diagnostic]:
     """Self-checks of a lowered graph; they only fire on a doctored ``RuntimeGraph``."""
     out: list[Diagnostic] = []
 

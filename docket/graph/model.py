@@ -241,7 +241,7 @@ def implementation_name_problem(value: object) -> str | None:
     return None
 
 
-def _check_id(value: object, label: str) -> str:
+def _require_id(value: object, label: str) -> str:
     problem = id_problem(value)
     if problem is None:
         return cast(str, value)
@@ -668,9 +668,9 @@ def new_graph(
     metadata: Mapping[str, JSONValue] | None = None,
 ) -> Graph:
     """An empty graph with a validated ID."""
-    _check_id(graph_id, "graph")
+    _require_id(graph_id, "graph")
     for attr, value in (("name", name), ("description", description)):
-        _check_optional_str(value, f"graph {attr}")
+        _require_optional_str(value, f"graph {attr}")
     if isinstance(schema_version, bool) or not isinstance(schema_version, int):
         raise GraphError(GraphErrorCode.INVALID_ATTRS, "schema_version must be an integer")
     return Graph(
@@ -734,7 +734,7 @@ def _apply(record: R, change: object, allowed: frozenset[str], cls: type[R]) -> 
     )
 
 
-def _check_optional_str(value: object, what: str) -> None:
+def _require_optional_str(value: object, what: str) -> None:
     if value is not None and not isinstance(value, str):
         raise GraphError(
             GraphErrorCode.INVALID_ATTRS, f"{what} must be a string or None, got {value!r}"
@@ -765,7 +765,7 @@ def _durable_map(value: object, path: Path) -> JSONDict:
 
 def _strings(record: Mapping[str, object], keys: Sequence[str], what: str) -> None:
     for key in keys:
-        _check_optional_str(record.get(key), f"{what} {key}")
+        _require_optional_str(record.get(key), f"{what} {key}")
 
 
 def _schema(value: object, path: Path) -> Schema | None:
@@ -782,7 +782,7 @@ def _schema(value: object, path: Path) -> Schema | None:
 
 
 def _make_field(field_id: str, values: Mapping[str, object]) -> Field:
-    _check_id(field_id, "field")
+    _require_id(field_id, "field")
     where = ("fields", field_id)
     kind = values.get("kind", FieldKind.STATE)
     if kind not in (FieldKind.INPUT, FieldKind.STATE):
@@ -819,7 +819,7 @@ def _make_field(field_id: str, values: Mapping[str, object]) -> Field:
 
 def _inline_field(field_id: object, kind: FieldKind, declaration: object) -> Field:
     if not isinstance(field_id, str):
-        _check_id(field_id, "field")
+        _require_id(field_id, "field")
     fid = cast(str, field_id)
     if isinstance(declaration, Field):
         values: dict[str, object] = attrs.asdict(declaration, recurse=False)
@@ -839,7 +839,7 @@ def _inline_field(field_id: object, kind: FieldKind, declaration: object) -> Fie
 
 
 def _make_output(output_id: str, values: Mapping[str, object]) -> Output:
-    _check_id(output_id, "output")
+    _require_id(output_id, "output")
     source = values.get("source")
     if not isinstance(source, str):
         raise GraphError(
@@ -858,7 +858,7 @@ def _make_output(output_id: str, values: Mapping[str, object]) -> Output:
 
 
 def _make_node(node_id: str, values: Mapping[str, object]) -> Node:
-    _check_id(node_id, "node")
+    _require_id(node_id, "node")
     implementation = values.get("implementation")
     if implementation is not None:
         problem = implementation_name_problem(implementation)
@@ -893,7 +893,7 @@ def _make_node(node_id: str, values: Mapping[str, object]) -> Node:
 
 
 def _make_edge(edge_id: str, values: Mapping[str, object]) -> Edge:
-    _check_id(edge_id, "edge")
+    _require_id(edge_id, "edge")
     source, target = values.get("source"), values.get("target")
     if not (
         isinstance(source, str)

@@ -494,7 +494,7 @@ def _bounds(
         out.append(f"{loc} must be at most {show(high)}{unit}, got {shown}")
 
 
-def _check(schema: object, value: JSONValue, loc: str, out: list[str]) -> None:
+def _add_problems(schema: object, value: JSONValue, loc: str, out: list[str]) -> None:
     if not isinstance(schema, Schema):
         out.append(f"{loc} cannot be checked: the schema is not a Schema")
         return
@@ -537,7 +537,7 @@ def _check(schema: object, value: JSONValue, loc: str, out: list[str]) -> None:
     elif isinstance(value, list) and schema.type is SchemaType.LIST:
         if schema.item is not None:
             for index, element in enumerate(value):
-                _check(schema.item, element, f"{loc}[{index}]", out)
+                _add_problems(schema.item, element, f"{loc}[{index}]", out)
         n = len(value)
         lo, hi = _count(c.get("min_items")), _count(c.get("max_items"))
         _bounds(loc, lo, hi, n, " items", f"{n} items", out)
@@ -549,7 +549,7 @@ def _check(schema: object, value: JSONValue, loc: str, out: list[str]) -> None:
             )
         for name, child in schema.fields.items():
             if name in value:
-                _check(child, value[name], f"{loc}.{name}", local)
+                _add_problems(child, value[name], f"{loc}.{name}", local)
             elif isinstance(child, Schema) and child.required:
                 local.append(f"{loc}.{name} is required but missing")
         out.extend(sorted(local))
@@ -562,7 +562,7 @@ def validate(schema: Schema, value: JSONValue, loc: str = "value") -> list[str]:
     Locations read ``value``, ``value[1]``, ``value.name``.
     """
     out: list[str] = []
-    _check(schema, value, loc, out)
+    _add_problems(schema, value, loc, out)
     return out
 
 
@@ -578,7 +578,7 @@ def validate_appended(
     out: list[str] = []
     if schema.item is not None:
         for index in range(start, len(value)):
-            _check(schema.item, value[index], f"{loc}[{index}]", out)
+            _add_problems(schema.item, value[index], f"{loc}[{index}]", out)
     c, n = schema.constraints, len(value)
     _bounds(
         loc, _count(c.get("min_items")), _count(c.get("max_items")), n, " items", f"{n} items", out

@@ -1,1 +1,1 @@
-"""The runtime (layer 5): asyncio node execution, workers and lifecycle discipline."""
+"""The runtime (layer 6): asyncio node execution, workers and lifecycle discipline."""

@@ -47,7 +47,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Literal, TypeAlias, cast
+from typing import Literal, TypeAlias, assert_never, cast
 
 import attrs
 
@@ -385,6 +385,8 @@ class Drainer:
                         return await self._defer(lease, run, resume_at, commits)
                     case Moment():
                         moment = step
+                    case _:
+                        assert_never(step)
                 yielded = False
                 if isinstance(moment.disposition, Continue) and (
                     commits + 1 >= settings.drain_max_moments

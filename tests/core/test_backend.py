@@ -32,13 +32,13 @@ from tests.core.helpers import inline, resolve
 
 
 def _stored_events(backend: MemoryBackend, run_id: str) -> list[bytes]:
-    page = asyncio.run(backend.list_events(TENANTLESS, run_id, EventListQuery(limit=1000)))
+    page = asyncio.run(backend.events.list_events(TENANTLESS, run_id, EventListQuery(limit=1000)))
     assert isinstance(page, EventPage)
     return [event_to_json(e) for e in page.events]
 
 
 def _stored_run(backend: MemoryBackend, run_id: str) -> bytes:
-    run = asyncio.run(backend.fetch_run(TENANTLESS, run_id))
+    run = asyncio.run(backend.runs.fetch_run(TENANTLESS, run_id))
     assert isinstance(run, Run)
     return run_to_json(run)
 
@@ -59,7 +59,7 @@ def test_every_fixture_commits_through_the_memory_backend(name: str) -> None:
     assert _stored_run(backend, result.run.id) == run_to_json(result.run)
     ours = [event_to_json(e) for h in history for e in h.events]
     assert _stored_events(backend, result.run.id) == ours
-    info = asyncio.run(backend.inspect_run(TENANTLESS, result.run.id))
+    info = asyncio.run(backend.runs.inspect_run(TENANTLESS, result.run.id))
     assert isinstance(info, RunInfo)
     assert (info.wake_at, info.claimed_at) == (None, None)
 
@@ -71,7 +71,7 @@ def _claimed_run(backend: MemoryBackend) -> tuple[Run, str, Moment]:
     policy = ClaimPolicy(
         limit=1, orphan_ttl=timedelta(minutes=5), max_claim_attempts=10, now=result.run.updated_at
     )
-    batch = asyncio.run(backend.claim_due(policy))
+    batch = asyncio.run(backend.runs.claim_due(policy))
     assert isinstance(batch, ClaimBatch) and len(batch.leases) == 1
     step = advance(rtg, result.run, now=result.run.updated_at)
     assert isinstance(step, Dispatch)
@@ -84,7 +84,7 @@ def test_a_wrong_token_is_stale_and_changes_nothing() -> None:
     backend = MemoryBackend()
     before, _token, moment = _claimed_run(backend)
     proposal = claimed_proposal(moment, before.checkpoint_seq, "not-the-token", transition_id="t1")
-    answer = asyncio.run(backend.commit_claimed(TENANTLESS, proposal, moment.events))
+    answer = asyncio.run(backend.transitions.commit_claimed(TENANTLESS, proposal, moment.events))
     assert isinstance(answer, StaleCheckpoint)
     assert _stored_run(backend, before.id) == run_to_json(before)
     assert len(_stored_events(backend, before.id)) == before.event_seq
@@ -93,15 +93,19 @@ def test_a_wrong_token_is_stale_and_changes_nothing() -> None:
 def test_conflicting_event_content_is_rejected_and_changes_nothing() -> None:
     backend = MemoryBackend()
     before, token, moment = _claimed_run(backend)
-    earlier = asyncio.run(backend.fetch_event(TENANTLESS, before.id, 1))
+    earlier = asyncio.run(backend.events.fetch_event(TENANTLESS, before.id, 1))
     assert isinstance(earlier, Event)
     forged = attrs.evolve(earlier, payload={"inputs": ["forged"]})
     proposal = claimed_proposal(moment, before.checkpoint_seq, token, transition_id="t1")
-    answer = asyncio.run(backend.commit_claimed(TENANTLESS, proposal, (forged, *moment.events)))
+    answer = asyncio.run(
+        backend.transitions.commit_claimed(TENANTLESS, proposal, (forged, *moment.events))
+    )
     assert isinstance(answer, EventConflict) and answer.seq == 1
     assert _stored_run(backend, before.id) == run_to_json(before)
     for _ in range(2):  # the real commit, then its replay (same transition id, same content)
-        accepted = asyncio.run(backend.commit_claimed(TENANTLESS, proposal, moment.events))
+        accepted = asyncio.run(
+            backend.transitions.commit_claimed(TENANTLESS, proposal, moment.events)
+        )
         assert isinstance(accepted, Run)
         assert run_to_json(accepted) == run_to_json(moment.run)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from docket.core import InvalidGraph, InvalidInput, snapshot
+from docket.core import InvalidInput, UncompilableGraph, snapshot
 from docket.graph.builder import GraphBuilder
 from docket.graph.model import FINISH, START
 from docket.graph.schema import S
@@ -92,7 +92,7 @@ def test_max_steps_stops_after_that_many_commits() -> None:
 
 def test_invalid_graph_raises_with_diagnostics() -> None:
     broken = GraphBuilder("broken").node("a", "not_registered").edge("s", START, "a").build()
-    with pytest.raises(InvalidGraph) as caught:
+    with pytest.raises(UncompilableGraph) as caught:
         run_inline(broken, {}, nodes=fx.NODES)
     diagnostics = caught.value.details["diagnostics"]
     assert isinstance(diagnostics, list) and diagnostics

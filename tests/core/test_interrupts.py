@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from docket.core import AlreadyResolved, GraphMismatch, InactiveRun, InvalidInput, NotFound
+from docket.core import AlreadyResolved, GraphMismatch, InterruptNotFound, InvalidInput, TerminalRun
 from docket.graph.builder import GraphBuilder
 from docket.graph.model import FINISH, START
 from docket.graph.schema import S
@@ -78,10 +78,10 @@ def test_resolution_errors() -> None:
     with pytest.raises(InvalidInput) as caught:
         resolve_interrupt_inline(graph, paused.run, interrupt_id, 42, nodes=fx.NODES)
     assert caught.value.reasons == ["value must be a string, got 42"]
-    with pytest.raises(NotFound):
+    with pytest.raises(InterruptNotFound):
         resolve_interrupt_inline(graph, paused.run, "nope", "x", nodes=fx.NODES)
     done = resolve(graph, paused, interrupt_id, "approved")
-    with pytest.raises(InactiveRun):
+    with pytest.raises(TerminalRun):
         resolve_interrupt_inline(graph, done.run, interrupt_id, "again", nodes=fx.NODES)
 
 

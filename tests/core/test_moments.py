@@ -24,18 +24,18 @@ from docket.core import (
     Dispatch,
     GraphMismatch,
     HostLimits,
-    InactiveRun,
+    InterruptNotFound,
     InvalidInput,
-    InvalidRun,
     MalformedMoment,
     Moment,
     NotContinue,
     NotDue,
-    NotFound,
     Park,
     ParkReason,
+    TerminalRun,
     Terminated,
     Unchanged,
+    UnusableRun,
     Wait,
     advance,
     build_initial_run,
@@ -102,7 +102,7 @@ def test_terminal_runs_have_nothing_to_propose() -> None:
 def test_advance_refuses_a_created_run_and_another_graph() -> None:
     rtg = fx.runtime(fx.minimal_linear())
     created = build_initial_run(rtg, {"value": "x"}, run_id="r", now=T0)
-    assert isinstance(advance(rtg, created, now=T0), InvalidRun)
+    assert isinstance(advance(rtg, created, now=T0), UnusableRun)
     running = start(rtg, {"value": "x"}).run
     other = fx.runtime(fx.simple_edge())
     assert isinstance(advance(other, running, now=T0), GraphMismatch)
@@ -261,13 +261,13 @@ def test_resolve_interrupt_errors_in_order() -> None:
     assert isinstance(resolved, Moment)
     again = resolve_interrupt(rtg, resolved.run, iid, "yes", now=T0)
     missing = resolve_interrupt(rtg, resolved.run, "nope", "yes", now=T0)
-    assert isinstance(again, AlreadyResolved) and isinstance(missing, NotFound)
+    assert isinstance(again, AlreadyResolved) and isinstance(missing, InterruptNotFound)
     assert again.code != missing.code
     cancelled = cancel_run(run, now=T0)
     assert isinstance(cancelled, Moment)
-    assert isinstance(resolve_interrupt(rtg, cancelled.run, "nope", "x", now=T0), InactiveRun)
+    assert isinstance(resolve_interrupt(rtg, cancelled.run, "nope", "x", now=T0), TerminalRun)
     created = attrs.evolve(run, status=RunStatus.CREATED)
-    assert isinstance(resolve_interrupt(rtg, created, iid, "x", now=T0), InvalidRun)
+    assert isinstance(resolve_interrupt(rtg, created, iid, "x", now=T0), UnusableRun)
     assert isinstance(resolve_interrupt(rtg, run, iid, 42, now=T0), InvalidInput)
     assert isinstance(resolve_interrupt(rtg, run, iid, object(), now=T0), InvalidInput)
     assert isinstance(resolve_interrupt(rtg, run, iid, float("nan"), now=T0), InvalidInput)
@@ -324,11 +324,11 @@ def test_cancel_run() -> None:
         {},
     )
     done = run_inline(fx.runtime(fx.minimal_linear()), {"value": "x"}).run
-    assert isinstance(cancel_run(done, now=T0), InactiveRun)
+    assert isinstance(cancel_run(done, now=T0), TerminalRun)
     failed = run_inline(fx.runtime(fx.parallel_failure()), {}).run
-    assert isinstance(cancel_run(failed, now=T0), InactiveRun)
+    assert isinstance(cancel_run(failed, now=T0), TerminalRun)
     created = attrs.evolve(waiting, status=RunStatus.CREATED)
-    assert isinstance(cancel_run(created, now=T0), InvalidRun)
+    assert isinstance(cancel_run(created, now=T0), UnusableRun)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 
 from docket.contract import Immediate, StaleCheckpoint
 from docket.core import Dispatch, Park, ParkReason, advance, cancel_run, unclaimed_proposal
-from docket.core.errors import InactiveRun, InvalidInput, InvalidRun, NotRetryable
+from docket.core.errors import InvalidInput, NotRetryable, TerminalRun, UnusableRun
 from docket.core.finish import AttemptFailure, superstep_failure
 from docket.core.moment import Moment
 from docket.core.reopen import MAX_REASON_CHARS, reopen_failed_run
@@ -63,18 +63,18 @@ def test_a_failed_run_reopens_at_its_last_checkpoint_with_a_fresh_budget() -> No
 
     async def commit_twice() -> None:
         first = unclaimed_proposal(moment, transition_id="t-one")
-        stored = await backend.commit_unclaimed(
+        stored = await backend.transitions.commit_unclaimed(
             TENANTLESS, failed.checkpoint_seq, first, moment.events
         )
         assert stored == run
         other = reopen_failed_run(failed, reason="me too", now=now)
         assert not isinstance(other, Exception)
         second = unclaimed_proposal(other, transition_id="t-two")
-        lost = await backend.commit_unclaimed(
+        lost = await backend.transitions.commit_unclaimed(
             TENANTLESS, failed.checkpoint_seq, second, other.events
         )
         assert isinstance(lost, StaleCheckpoint)
-        assert await backend.fetch_run(TENANTLESS, failed.id) == run
+        assert await backend.runs.fetch_run(TENANTLESS, failed.id) == run
         # and re-evaluated on what is now committed, the mutation says why
         assert isinstance(reopen_failed_run(run, reason="me too", now=now), NotRetryable)
 
@@ -87,16 +87,16 @@ def test_only_a_failed_run_reopens() -> None:
     done = inline(fx.minimal_linear(), {"value": "v"}).run
     assert done.status is RunStatus.DONE
     refused = reopen_failed_run(done, reason=None, now=now)
-    assert isinstance(refused, InactiveRun) and "done" in refused.message
+    assert isinstance(refused, TerminalRun) and "done" in refused.message
     running = attrs.evolve(failed, status=RunStatus.RUNNING, failure=None, finished_at=None)
     cancelled = cancel_run(running, now=now)
     assert not isinstance(cancelled, Exception) and hasattr(cancelled, "run")
-    assert isinstance(reopen_failed_run(cancelled.run, reason=None, now=now), InactiveRun)
+    assert isinstance(reopen_failed_run(cancelled.run, reason=None, now=now), TerminalRun)
     not_failed = reopen_failed_run(running, reason=None, now=now)
     assert isinstance(not_failed, NotRetryable)
     assert not_failed.details == {"status": "running"}
     created = attrs.evolve(running, status=RunStatus.CREATED)
-    assert isinstance(reopen_failed_run(created, reason=None, now=now), InvalidRun)
+    assert isinstance(reopen_failed_run(created, reason=None, now=now), UnusableRun)
     waiting = attrs.evolve(running, status=RunStatus.WAITING)
     assert isinstance(reopen_failed_run(waiting, reason=None, now=now), NotRetryable)
 

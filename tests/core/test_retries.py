@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 import pytest
 
-from docket.core import InvalidGraph
+from docket.core import UncompilableGraph
 from docket.graph.builder import GraphBuilder
 from docket.graph.model import FINISH, START
 from docket.graph.nodes import NodePolicies, RetryPolicy
@@ -122,7 +122,7 @@ def test_corrupted_policy_in_a_precompiled_graph_fails_with_invalid_policy() -> 
 
 def test_reserved_on_error_policy_never_compiles() -> None:
     graph = fx.single_node("noop", policies={"on_error": "skip"})
-    with pytest.raises(InvalidGraph) as caught:
+    with pytest.raises(UncompilableGraph) as caught:
         run_inline(graph, {}, nodes=fx.NODES)
     assert "invalid_policy" in str(caught.value.details["diagnostics"])
 

@@ -187,7 +187,7 @@ def _poisoned() -> None:
             ref = await docket.save_graph(fx.minimal_linear())
             await docket.start_run(ref, {"value": "v"}, run_id="r")
             policy = ClaimPolicy(limit=1, orphan_ttl=timedelta(seconds=5), max_claim_attempts=1)
-            await backend.claim_due(policy)  # a worker that dies
+            await backend.runs.claim_due(policy)  # a worker that dies
             later(clock, 6)
             await docket.drain_due()
             await docket.await_run("r", timeout=5)

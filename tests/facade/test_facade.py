@@ -278,7 +278,7 @@ def test_a_poisoned_run_fails_await_at_once_and_can_be_retried() -> None:
             ref = await docket.save_graph(fx.minimal_linear())
             await docket.start_run(ref, {"value": "v"}, run_id="r")
             policy = ClaimPolicy(limit=1, orphan_ttl=timedelta(seconds=5), max_claim_attempts=1)
-            await backend.claim_due(policy)  # a worker that dies
+            await backend.runs.claim_due(policy)  # a worker that dies
             later(clock, 6)
             summary = await docket.drain_due()
             assert [p.run_id for p in summary.poisoned] == ["r"]
@@ -384,7 +384,7 @@ def test_settings_backends_and_lifecycle_are_checked_up_front(tmp_path: Path) ->
         backend = MemoryBackend()
         async with Docket(backend, nodes=fx.NODES) as borrowed:
             await borrowed.save_graph(fx.minimal_linear())
-        found = await backend.fetch_latest_graph_ref(TENANTLESS, "minimal_linear")
+        found = await backend.graphs.fetch_latest_graph_ref(TENANTLESS, "minimal_linear")
         assert isinstance(found, GraphRef)
 
     asyncio.run(scenario())

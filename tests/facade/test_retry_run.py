@@ -364,7 +364,7 @@ def test_retry_run_also_makes_a_poisoned_run_due_again_once() -> None:
             ref = await docket.save_graph(chain())
             await docket.start_run(ref, run_id="p")
             policy = ClaimPolicy(limit=1, orphan_ttl=timedelta(seconds=5), max_claim_attempts=1)
-            await backend.claim_due(policy)  # a worker that dies
+            await backend.runs.claim_due(policy)  # a worker that dies
             later(clock, 6)
             assert [p.run_id for p in (await docket.drain_due()).poisoned] == ["p"]
             before = await docket.fetch_run("p")

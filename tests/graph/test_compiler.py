@@ -20,12 +20,12 @@ from docket.graph.compiler import (
     ChannelType,
     CompileResult,
     RuntimeGraph,
-    check_runtime,
     compile_effective_document,
     compile_graph,
     effective_document,
     graph_from_effective_document,
     node_policies,
+    runtime_diagnostics,
     verify,
 )
 from docket.graph.guards import Guard, all_, changed, equals, exists, not_, path
@@ -922,19 +922,19 @@ def test_enum_members_become_plain_strings_in_the_runtime_graph() -> None:
 
 def test_runtime_self_checks_catch_doctored_graphs() -> None:
     rt = runtime_of(fan_in())
-    assert check_runtime(rt) == []
+    assert runtime_diagnostics(rt) == []
     combine = attrs.evolve(rt.nodes["combine"], subscribe=("edge:nope",))
     doctored = attrs.evolve(rt, nodes={**rt.nodes, "combine": combine})
-    assert [d.code for d in check_runtime(doctored)] == [C.MISSING_RUNTIME_CHANNEL]
+    assert [d.code for d in runtime_diagnostics(doctored)] == [C.MISSING_RUNTIME_CHANNEL]
     left = attrs.evolve(rt.nodes["left"], id="edge:edge_start_left")
     doctored = attrs.evolve(rt, nodes={**rt.nodes, "left": left})
-    assert C.RUNTIME_ID_COLLISION in {d.code for d in check_runtime(doctored)}
+    assert C.RUNTIME_ID_COLLISION in {d.code for d in runtime_diagnostics(doctored)}
     left = attrs.evolve(rt.nodes["left"], outgoing_edges=("ghost",))
     doctored = attrs.evolve(rt, nodes={**rt.nodes, "left": left})
-    assert [d.code for d in check_runtime(doctored)] == [C.LOWERING_INVARIANT_FAILED]
+    assert [d.code for d in runtime_diagnostics(doctored)] == [C.LOWERING_INVARIANT_FAILED]
     finish = attrs.evolve(rt.nodes["left"], subscribe=("edge:edge_combine_finish",))
     doctored = attrs.evolve(rt, nodes={**rt.nodes, "left": finish})
-    assert C.LOWERING_INVARIANT_FAILED in {d.code for d in check_runtime(doctored)}
+    assert C.LOWERING_INVARIANT_FAILED in {d.code for d in runtime_diagnostics(doctored)}
 
 
 # -- hashing --------------------------------------------------------------------------------------

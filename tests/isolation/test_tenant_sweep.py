@@ -32,7 +32,7 @@ from docket_contract_tests.fixtures import (
     unclaimed,
 )
 
-from docket import Docket, SyncDocket
+from docket import Docket, SyncDocket, errors
 from docket.contract import (
     AbandonPolicy,
     ClaimBatch,
@@ -46,7 +46,6 @@ from docket.contract import (
     StaleAbandon,
 )
 from docket.contract.protocols import STORE_PROTOCOLS
-from docket.errors import NotFound as NotFoundError
 from docket.records import (
     SYSTEM,
     TENANTLESS,
@@ -97,7 +96,7 @@ FacadeCall = Callable[[Docket, FacadeWorld], Awaitable[object]]
 
 
 def _not_found(result: object) -> str | None:
-    return None if isinstance(result, NotFoundError) else f"expected NotFound, got {result!r}"
+    return None if isinstance(result, errors.NotFound) else f"expected NotFound, got {result!r}"
 
 
 def _no_run_of_a(result: object) -> str | None:

@@ -221,7 +221,7 @@ def test_a_claim_with_nothing_due_is_deferred_without_counting_towards_poison() 
             assert deadline is not None
             for round_ in range(3):  # more deferrals than max_claim_abandons: no poison
                 lease = await _claim(docket, now_offset=3600)  # claimed early...
-                await backend.release_claim(TENANTLESS, "r", lease.claim_token, now=clock())
+                await backend.runs.release_claim(TENANTLESS, "r", lease.claim_token, now=clock())
                 summary = await docket.drain_due()  # ...and due "now" before the timer
                 assert [o.kind for o in summary.outcomes] == ["deferred"]
                 info = await docket.inspect_run("r")

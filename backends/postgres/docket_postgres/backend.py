@@ -85,12 +85,12 @@ from docket.contract.claimed import ClaimedRunDocuments
 from docket.contract.clock import SampledClock
 from docket.contract.grouping import GroupCommit, commit_claimed_in_order
 from docket.contract.queries import (
-    check_abandon_policy,
-    check_claim_policy,
-    check_event_query,
-    check_graph_query,
-    check_run_query,
-    check_seq,
+    require_abandon_policy,
+    require_claim_policy,
+    require_event_query,
+    require_graph_query,
+    require_run_query,
+    require_seq,
 )
 from docket.contract.stored import decode_event, decode_graph
 from docket.contract.validate import (
@@ -806,7 +806,7 @@ class PostgresBackend:
     async def list_graph_versions(
         self, owner: OwnerScope, graph_id: str, query: GraphListQuery
     ) -> GraphVersionPage:
-        check_graph_query(query)
+        require_graph_query(query)
         key = _key(require_owner(owner))
         if not isinstance(graph_id, str) or not _storable(key, graph_id):
             return GraphVersionPage.from_candidates([], query.limit, query.before)
@@ -853,7 +853,7 @@ class PostgresBackend:
 
     async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage:
         require_scope(scope)
-        check_run_query(query)
+        require_run_query(query)
         statement, params = self._list_runs_sql(scope, query)
         if statement is None:
             return RunPage.from_candidates([], query.limit, query.before)
@@ -908,7 +908,7 @@ class PostgresBackend:
         self, owner: OwnerScope, run_id: str, seq: int
     ) -> Event | NotFound | CorruptEventRow:
         key = _key(require_owner(owner))
-        check_seq(seq)
+        require_seq(seq)
         if not _storable(_check_run_id(run_id), key):
             return NotFound("event")
         rows = await self._fetch(self._q(_FETCH_EVENT), (key, run_id, seq), write=False)
@@ -930,7 +930,7 @@ class PostgresBackend:
         self, owner: OwnerScope, run_id: str, query: EventListQuery
     ) -> EventPage | NotFound | CorruptEventRow:
         key = _key(require_owner(owner))
-        check_event_query(query)
+        require_event_query(query)
         if not _storable(_check_run_id(run_id), key):
             return NotFound()
         rows = await self._fetch(
@@ -959,7 +959,7 @@ class PostgresBackend:
     # -- claims ---------------------------------------------------------------------------------
 
     async def claim_due(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent:
-        check_claim_policy(policy)
+        require_claim_policy(policy)
         preference = None if policy.preference is None else str(policy.preference.value)
         rows = await self._outcome(
             self._q(_CLAIM),
@@ -1044,7 +1044,7 @@ class PostgresBackend:
         if not isinstance(policy, AbandonPolicy):
             raise TypeError(f"expected AbandonPolicy, got {type(policy).__name__}")
         now = utc(policy.now) if policy.now is not None else await self.now()
-        check_abandon_policy(policy, now)
+        require_abandon_policy(policy, now)
         if not isinstance(token, str) or not _storable(run_id, key, token):
             return StaleAbandon()
         backoff = policy.backoff

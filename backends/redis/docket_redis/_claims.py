@@ -33,7 +33,7 @@ from docket.contract import (
 )
 from docket.contract.claimed import ClaimedRunDocuments
 from docket.contract.proposals import ClaimClass
-from docket.contract.queries import check_claim_policy, select_claims
+from docket.contract.queries import require_claim_policy, select_claims
 from docket.records import owner_scope
 from docket.values import from_micros
 from docket_redis._codec import code, text
@@ -59,7 +59,7 @@ async def claim_due(
     engine: RedisEngine, kept: ClaimedRunDocuments, policy: ClaimPolicy
 ) -> ClaimBatch | Retryable | Permanent:
     """``RunStore.claim_due``; the documents of leased runs go to ``kept``."""
-    check_claim_policy(policy)
+    require_claim_policy(policy)
     claim = _Claim(engine, kept, policy)
     demand = policy.limit
     try:

@@ -10,8 +10,8 @@ a run without events.
 from __future__ import annotations
 
 from docket.contract import CorruptEventRow, EventListQuery, NotFound
-from docket.contract.queries import check_event_query, check_seq
-from docket.contract.stored import decode_event
+from docket.contract.queries import require_event_query, require_seq
+from docket.contract.stored import decode_event, decode_event_page
 from docket.records import Event, EventPage, OwnerScope, require_owner
 from docket_redis._codec import check_run_id, code, text
 from docket_redis._engine import RedisEngine
@@ -27,7 +27,7 @@ class RedisEvents:
         self, owner: OwnerScope, run_id: str, seq: int
     ) -> Event | NotFound | CorruptEventRow:
         scope = self._engine.ns.scope(require_owner(owner))
-        check_seq(seq)
+        require_seq(seq)
         key = scope.events(check_run_id(run_id))
         data = await self._engine.transport.command(key, "HGET", key, str(seq))
         return NotFound("event") if data is None else decode_event(run_id, seq, data)
@@ -54,7 +54,7 @@ class RedisEvents:
         self, owner: OwnerScope, run_id: str, query: EventListQuery
     ) -> EventPage | NotFound | CorruptEventRow:
         scope = self._engine.ns.scope(require_owner(owner))
-        check_event_query(query)
+        require_event_query(query)
         check_run_id(run_id)
         reply = await self._engine.eval(
             "list_events",
@@ -64,18 +64,12 @@ class RedisEvents:
         if code(reply) == "NOT_FOUND":
             return NotFound()
         latest, oldest, newest = (text(part) for part in reply[1:4])
-        events: list[Event] = []
         rest = reply[4:]
-        for seq, data in zip(rest[::2], rest[1::2]):
-            decoded = decode_event(run_id, int(text(seq)), data)
-            if isinstance(decoded, CorruptEventRow):
-                return decoded
-            events.append(decoded)
-        return EventPage.from_candidates(
-            events,
-            limit=query.limit,
-            after_seq=query.after_seq,
-            oldest_available_seq=int(oldest) if oldest else None,
-            latest_available_seq=int(newest) if newest else None,
-            latest_seq=int(latest),
+        return decode_event_page(
+            run_id,
+            ((int(text(seq)), data) for seq, data in zip(rest[::2], rest[1::2])),
+            query,
+            oldest=int(oldest) if oldest else None,
+            newest=int(newest) if newest else None,
+            latest=int(latest),
         )

@@ -20,7 +20,7 @@ from docket.contract import (
     Retryable,
     TooLarge,
 )
-from docket.contract.queries import check_graph_query
+from docket.contract.queries import require_graph_query
 from docket.contract.stored import decode_graph
 from docket.contract.validate import validate_graph_save
 from docket.records import GraphRef, GraphVersion, GraphVersionPage, OwnerScope, require_owner
@@ -90,7 +90,7 @@ class RedisGraphs:
     async def list_graph_versions(
         self, owner: OwnerScope, graph_id: str, query: GraphListQuery
     ) -> GraphVersionPage:
-        check_graph_query(query)
+        require_graph_query(query)
         scope = self._engine.ns.scope(require_owner(owner))
         if not isinstance(graph_id, str):
             return GraphVersionPage.from_candidates([], query.limit, query.before)

@@ -30,7 +30,7 @@ from docket.contract import (
     StaleAbandon,
 )
 from docket.contract.claimed import ClaimedRunDocuments
-from docket.contract.queries import check_abandon_policy, check_run_query
+from docket.contract.queries import require_abandon_policy, require_run_query
 from docket.records import (
     CheckpointType,
     OwnerScope,
@@ -93,7 +93,7 @@ class RedisRuns:
 
     async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage:
         require_scope(scope)
-        check_run_query(query)
+        require_run_query(query)
         if query.graph_id == "" or query.graph_hash == "":
             return RunPage.from_candidates([], query.limit, query.before)  # no such graph
         if isinstance(scope, System):
@@ -196,7 +196,7 @@ class RedisRuns:
         scope = engine.ns.scope(require_owner(owner))
         given = engine.now_arg(policy.now)
         now = from_micros(int(given)) if given else await engine.server_time(scope.ready)
-        check_abandon_policy(policy, now)
+        require_abandon_policy(policy, now)
         check_run_id(run_id)
         if not isinstance(token, str):
             return StaleAbandon()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlite3
 
 from docket.contract import CorruptEventRow, EventListQuery, NotFound
-from docket.contract.queries import check_event_query, check_seq
-from docket.contract.stored import decode_event
+from docket.contract.queries import require_event_query, require_seq
+from docket.contract.stored import decode_event, decode_event_page
 from docket.records import Event, EventPage, OwnerScope, require_owner
 from docket_sqlite._engine import Engine
 from docket_sqlite._rows import require_run_id, run_address, run_exists, tenant_key
@@ -27,7 +27,7 @@ class SQLiteEventStore:
         self, owner: OwnerScope, run_id: str, seq: int
     ) -> Event | NotFound | CorruptEventRow:
         key = tenant_key(require_owner(owner))
-        check_seq(seq)
+        require_seq(seq)
         require_run_id(run_id)
 
         def job(conn: sqlite3.Connection) -> bytes | None:
@@ -64,7 +64,7 @@ class SQLiteEventStore:
         self, owner: OwnerScope, run_id: str, query: EventListQuery
     ) -> EventPage | NotFound | CorruptEventRow:
         key = tenant_key(require_owner(owner))
-        check_event_query(query)
+        require_event_query(query)
         require_run_id(run_id)
 
         def job(conn: sqlite3.Connection) -> EventPage | NotFound | CorruptEventRow:
@@ -87,19 +87,13 @@ class SQLiteEventStore:
                 "WHERE tenant = ? AND run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (key, run_id, query.after_seq, query.limit),
             ).fetchall()
-            events: list[Event] = []
-            for seq, data in rows:
-                decoded = decode_event(run_id, int(seq), bytes(data))
-                if isinstance(decoded, CorruptEventRow):
-                    return decoded
-                events.append(decoded)
-            return EventPage.from_candidates(
-                events,
-                limit=query.limit,
-                after_seq=query.after_seq,
-                oldest_available_seq=None if bounds[0] is None else int(bounds[0][0]),
-                latest_available_seq=None if bounds[1] is None else int(bounds[1][0]),
-                latest_seq=latest_seq,
+            return decode_event_page(
+                run_id,
+                ((int(seq), bytes(data)) for seq, data in rows),
+                query,
+                oldest=None if bounds[0] is None else int(bounds[0][0]),
+                newest=None if bounds[1] is None else int(bounds[1][0]),
+                latest=latest_seq,
             )
 
         return await self._engine.read(job)

@@ -38,9 +38,9 @@ from docket.contract import (
 )
 from docket.contract.queries import (
     abandon_wake,
-    check_abandon_policy,
-    check_claim_policy,
-    check_run_query,
+    require_abandon_policy,
+    require_claim_policy,
+    require_run_query,
     select_claims,
 )
 from docket.records import (
@@ -143,7 +143,7 @@ class SQLiteRunStore:
 
     async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage:
         require_scope(scope)
-        check_run_query(query)
+        require_run_query(query)
         sql, params = list_runs_sql(scope, query)
 
         def job(conn: sqlite3.Connection) -> list[RunSummary]:
@@ -155,7 +155,7 @@ class SQLiteRunStore:
     # -- claims -----------------------------------------------------------------------------
 
     async def claim_due(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent:
-        check_claim_policy(policy)
+        require_claim_policy(policy)
         engine = self._engine
 
         def job(conn: sqlite3.Connection) -> Done[ClaimBatch]:
@@ -262,7 +262,7 @@ class SQLiteRunStore:
     ) -> AbandonOutcome:
         key = run_address(owner, run_id)
         now = self._engine.now(policy.now)
-        check_abandon_policy(policy, now)
+        require_abandon_policy(policy, now)
         if not isinstance(token, str):
             return StaleAbandon()
 

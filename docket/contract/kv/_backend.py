@@ -49,12 +49,12 @@ from docket.contract.proposals import (
     RunListQuery,
 )
 from docket.contract.queries import (
-    check_abandon_policy,
-    check_claim_policy,
-    check_event_query,
-    check_graph_query,
-    check_run_query,
-    check_seq,
+    require_abandon_policy,
+    require_claim_policy,
+    require_event_query,
+    require_graph_query,
+    require_run_query,
+    require_seq,
 )
 from docket.contract.validate import (
     ValidTransition,
@@ -304,7 +304,7 @@ class KVBackend(ValidatedTransitions):
         self, owner: OwnerScope, graph_id: str, query: GraphListQuery
     ) -> GraphVersionPage:
         require_owner(owner)
-        check_graph_query(query)
+        require_graph_query(query)
         _id("graph_id", graph_id)
         return await self._read(
             partial(reads.list_graph_versions, owner=owner, graph_id=graph_id, query=query)
@@ -325,7 +325,7 @@ class KVBackend(ValidatedTransitions):
 
     async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage:
         require_scope(scope)
-        check_run_query(query)
+        require_run_query(query)
         return await self._read(partial(reads.list_runs, scope=scope, query=query))
 
     # -- events -----------------------------------------------------------------------
@@ -334,7 +334,7 @@ class KVBackend(ValidatedTransitions):
         self, owner: OwnerScope, run_id: str, seq: int
     ) -> Event | NotFound | CorruptEventRow:
         require_owner(owner)
-        check_seq(seq)
+        require_seq(seq)
         return await self._read(
             partial(reads.fetch_event, owner=owner, run_id=_id("run_id", run_id), seq=seq)
         )
@@ -351,7 +351,7 @@ class KVBackend(ValidatedTransitions):
         self, owner: OwnerScope, run_id: str, query: EventListQuery
     ) -> EventPage | NotFound | CorruptEventRow:
         require_owner(owner)
-        check_event_query(query)
+        require_event_query(query)
         return await self._read(
             partial(reads.list_events, owner=owner, run_id=_id("run_id", run_id), query=query)
         )
@@ -359,7 +359,7 @@ class KVBackend(ValidatedTransitions):
     # -- claims -----------------------------------------------------------------------
 
     async def claim_due(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent:
-        check_claim_policy(policy)
+        require_claim_policy(policy)
         return await self._outcome(
             lambda tx: writes.claim_due(
                 tx, policy, self._now(policy.now), lambda: secrets.token_urlsafe(18)
@@ -387,7 +387,7 @@ class KVBackend(ValidatedTransitions):
     ) -> AbandonOutcome:
         require_owner(owner)
         _id("run_id", run_id)
-        check_abandon_policy(policy, self._now(policy.now))
+        require_abandon_policy(policy, self._now(policy.now))
         return await self._write(
             lambda tx: writes.abandon_claim(tx, owner, run_id, token, policy, self._now(policy.now))
         )
