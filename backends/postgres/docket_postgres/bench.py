@@ -98,15 +98,15 @@ async def _steps(
             checkpoint_seq=1,
         )
         proposal = InitProposal(transition_id=f"{prefix}-init-{i}", run=run, wake_at=now)
-        assert await backend.initialize(TENANTLESS, proposal, []) == run
+        assert await backend.transitions.initialize(TENANTLESS, proposal, []) == run
         started = time.perf_counter()
-        batch = await backend.claim_due(policy)
+        batch = await backend.runs.claim_due(policy)
         times["claim_due"].append(time.perf_counter() - started)
         assert isinstance(batch, ClaimBatch) and len(batch.leases) == 1, batch
         token = batch.leases[0].claim_token
         step = attrs.evolve(run, step=1, checkpoint_seq=2)
         started = time.perf_counter()
-        got = await backend.commit_claimed(
+        got = await backend.transitions.commit_claimed(
             TENANTLESS,
             ClaimedProposal(
                 transition_id=f"{prefix}-step-{i}",
@@ -124,7 +124,7 @@ async def _steps(
             step, status=RunStatus.DONE, checkpoint_seq=3, finished_at=now, output={}
         )
         started = time.perf_counter()
-        got = await backend.commit_claimed(
+        got = await backend.transitions.commit_claimed(
             TENANTLESS,
             ClaimedProposal(
                 transition_id=f"{prefix}-done-{i}",
@@ -149,7 +149,7 @@ async def measure(url: str, runs: int, events: int, steps: int) -> dict[str, flo
         backend = PostgresBackend(url, schema=schema, pool_max_size=2)
         await backend.open()
         try:
-            saved = await backend.save_graph(TENANTLESS, ref, _DOCUMENT)
+            saved = await backend.graphs.save_graph(TENANTLESS, ref, _DOCUMENT)
             assert isinstance(saved, GraphVersion), saved
             if name == "history":
                 began = time.perf_counter()

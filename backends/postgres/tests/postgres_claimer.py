@@ -34,7 +34,7 @@ async def work(url: str, schema: str, name: str, start_at: float) -> None:
             policy = ClaimPolicy(
                 limit=rng.randint(1, 3), orphan_ttl=timedelta(hours=1), max_claim_attempts=5
             )
-            batch = await backend.claim_due(policy)
+            batch = await backend.runs.claim_due(policy)
             assert isinstance(batch, ClaimBatch), batch
             if not batch.leases:
                 idle += 1
@@ -42,11 +42,11 @@ async def work(url: str, schema: str, name: str, start_at: float) -> None:
                 continue
             idle = 0
             for lease in batch.leases:
-                stored = await backend.fetch_run(lease.owner, lease.run_id)
+                stored = await backend.runs.fetch_run(lease.owner, lease.run_id)
                 assert isinstance(stored, Run), stored
                 done = successor(stored, stored.updated_at, status=RunStatus.DONE)
                 proposal = claimed(done, lease.claim_token, schedule=ReleaseClaim(Terminal()))
-                result = await backend.commit_claimed(lease.owner, proposal, [])
+                result = await backend.transitions.commit_claimed(lease.owner, proposal, [])
                 owner = tenant_id_of(lease.owner)
                 line = [lease.run_id, owner, lease.claim_token, isinstance(result, Run)]
                 print(json.dumps(line), flush=True)

@@ -5,6 +5,7 @@ values PostgreSQL cannot store, and recovery of a pool whose connections were ki
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,6 +44,15 @@ from docket.contract import (
     NotFound,
     Permanent,
     Retryable,
+)
+from docket.contract.capabilities import negotiate
+from docket.contract.protocols import (
+    STORE_PROTOCOLS,
+    ChainedCommits,
+    ClaimedRuns,
+    ClaimedStarts,
+    Migratable,
+    SampledNow,
 )
 from docket.contract.registry import from_url
 from docket.records import TENANTLESS, GraphRef, GraphVersion, Run
@@ -110,6 +120,27 @@ def test_bad_options_are_refused(url: str, options: dict[str, Any], error: type)
         from_url(url, **options)
 
 
+def test_the_four_stores_are_distinct_objects_each_with_its_own_operations() -> None:
+    backend = PostgresBackend("postgresql://localhost/db")  # built, not opened
+    assert negotiate(backend).name == "postgres"
+    stores = {name: getattr(backend, name) for name in STORE_PROTOCOLS}
+    assert len({id(store) for store in stores.values()}) == 4
+    assert all(store is not backend for store in stores.values())
+    operations = {
+        name: [op for op, f in vars(protocol).items() if inspect.iscoroutinefunction(f)]
+        for name, protocol in STORE_PROTOCOLS.items()
+    }
+    for name, store in stores.items():
+        assert isinstance(store, STORE_PROTOCOLS[name])
+        foreign = [op for other, ops in operations.items() if other != name for op in ops]
+        assert not [op for op in foreign if hasattr(store, op)], name
+    # the optional Protocols sit where the runtime looks for them
+    assert isinstance(backend.runs, ClaimedRuns)
+    assert isinstance(backend.transitions, ChainedCommits)
+    assert isinstance(backend.transitions, ClaimedStarts)
+    assert isinstance(backend, SampledNow) and isinstance(backend, Migratable)
+
+
 def test_now_is_the_database_clock_unless_a_test_clock_is_given(
     pg_url: str, schema_name: Names
 ) -> None:
@@ -155,9 +186,9 @@ def test_extreme_policy_values_mean_no_bound(pg_url: str, schema_name: Names) ->
             policy = ClaimPolicy(
                 limit=10**12, orphan_ttl=timedelta.max, max_claim_attempts=10**12, now=T0
             )
-            batch = await backend.claim_due(policy)
+            batch = await backend.runs.claim_due(policy)
             assert isinstance(batch, ClaimBatch) and [x.run_id for x in batch.leases] == ["r1"]
-            again = await backend.claim_due(policy)
+            again = await backend.runs.claim_due(policy)
             assert again == ClaimBatch(), "an endless TTL never expires a claim"
         finally:
             await backend.close()
@@ -238,11 +269,11 @@ def test_rolled_back_conflicts_are_retryable(pg_url: str, scenario: str) -> None
 async def _ready(backend: PostgresBackend, run_id: str = "r1", events: int = 0) -> Run:
     document = graph_document("g")
     ref = graph_ref(document)
-    assert isinstance(await backend.save_graph(TENANTLESS, ref, document), GraphVersion)
+    assert isinstance(await backend.graphs.save_graph(TENANTLESS, ref, document), GraphVersion)
     now = await backend.now()
     fresh = new_run(run_id, ref, now, event_seq=events)
     evs = events_for(fresh, now, range(1, events + 1))
-    assert await backend.initialize(TENANTLESS, init_proposal(fresh, now), evs) == fresh
+    assert await backend.transitions.initialize(TENANTLESS, init_proposal(fresh, now), evs) == fresh
     return fresh
 
 
@@ -256,14 +287,16 @@ def test_a_commit_cut_off_mid_flight_is_ambiguous_and_its_replay_resolves_it(
         watcher = await admin(pg_url)
         try:
             fresh = await _ready(backend)
-            batch = await backend.claim_due(
+            batch = await backend.runs.claim_due(
                 ClaimPolicy(limit=1, orphan_ttl=timedelta(hours=1), max_claim_attempts=3)
             )
             assert isinstance(batch, ClaimBatch) and batch.leases
             proposal = claimed(successor(fresh, fresh.updated_at), batch.leases[0].claim_token)
             await blocker.set_autocommit(False)
             await blocker.execute(f'SELECT 1 FROM "{schema}".runs FOR UPDATE'.encode())
-            commit = asyncio.create_task(backend.commit_claimed(TENANTLESS, proposal, []))
+            commit = asyncio.create_task(
+                backend.transitions.commit_claimed(TENANTLESS, proposal, [])
+            )
             pid = None
             for _ in range(200):  # find the commit waiting on the row lock, then cut it off
                 cur = await watcher.execute(
@@ -281,10 +314,14 @@ def test_a_commit_cut_off_mid_flight_is_ambiguous_and_its_replay_resolves_it(
             got = await commit
             assert isinstance(got, Retryable) and got.reason.startswith("ambiguous"), got
             await blocker.rollback()
-            assert await backend.fetch_run(TENANTLESS, fresh.id) == fresh, "nothing landed"
+            assert await backend.runs.fetch_run(TENANTLESS, fresh.id) == fresh, "nothing landed"
             # the caller resends the same proposal: applied now, then answered from storage
-            assert await backend.commit_claimed(TENANTLESS, proposal, []) == proposal.run
-            assert await backend.commit_claimed(TENANTLESS, proposal, []) == proposal.run
+            assert (
+                await backend.transitions.commit_claimed(TENANTLESS, proposal, []) == proposal.run
+            )
+            assert (
+                await backend.transitions.commit_claimed(TENANTLESS, proposal, []) == proposal.run
+            )
         finally:
             await blocker.close()
             await watcher.close()
@@ -312,7 +349,7 @@ def test_a_pool_recovers_from_killed_connections(pg_url: str, schema_name: Names
             failures = 0
             for _ in range(6):
                 try:
-                    assert await backend.fetch_run(TENANTLESS, fresh.id) == fresh
+                    assert await backend.runs.fetch_run(TENANTLESS, fresh.id) == fresh
                     break
                 except RetryableStoreError:
                     failures += 1
@@ -335,12 +372,12 @@ def test_a_vanished_schema_is_permanent(pg_url: str, schema_name: Names) -> None
             conn = await admin(pg_url)
             await conn.execute(f'DROP SCHEMA "{schema}" CASCADE'.encode())
             await conn.close()
-            got = await backend.commit_claimed(
+            got = await backend.transitions.commit_claimed(
                 TENANTLESS, claimed(successor(fresh, fresh.updated_at), "t"), []
             )
             assert isinstance(got, Permanent), got
             with pytest.raises(PermanentStoreError):
-                await backend.fetch_run(TENANTLESS, fresh.id)
+                await backend.runs.fetch_run(TENANTLESS, fresh.id)
         finally:
             await backend.close()
 
@@ -363,17 +400,19 @@ def test_corrupt_rows_are_reported_not_hidden(pg_url: str, schema_name: Names) -
                 "WHERE seq = 2".encode()
             )
             await conn.execute(f"UPDATE \"{schema}\".graphs SET document = '{{}}'::bytea".encode())
-            assert isinstance(await backend.fetch_event(TENANTLESS, fresh.id, 2), CorruptEventRow)
             assert isinstance(
-                await backend.fetch_latest_event(TENANTLESS, fresh.id), CorruptEventRow
+                await backend.events.fetch_event(TENANTLESS, fresh.id, 2), CorruptEventRow
             )
-            page = await backend.list_events(TENANTLESS, fresh.id, EventListQuery())
+            assert isinstance(
+                await backend.events.fetch_latest_event(TENANTLESS, fresh.id), CorruptEventRow
+            )
+            page = await backend.events.list_events(TENANTLESS, fresh.id, EventListQuery())
             assert isinstance(page, CorruptEventRow) and page.seq == 2
             ref = GraphRef(fresh.graph_id, fresh.graph_hash)
-            assert isinstance(await backend.fetch_graph(TENANTLESS, ref), CorruptGraph)
+            assert isinstance(await backend.graphs.fetch_graph(TENANTLESS, ref), CorruptGraph)
             await conn.execute(f"UPDATE \"{schema}\".runs SET run_json = 'garbage'::bytea".encode())
             with pytest.raises(PermanentStoreError, match="cannot be read"):
-                await backend.fetch_run(TENANTLESS, fresh.id)
+                await backend.runs.fetch_run(TENANTLESS, fresh.id)
         finally:
             await conn.close()
             await backend.close()
@@ -391,10 +430,12 @@ def test_ids_postgres_cannot_hold(pg_url: str, schema_name: Names) -> None:
         try:
             fresh = await _ready(backend)
             bad = "r\x00"
-            assert isinstance(await backend.fetch_run(TENANTLESS, bad), NotFound)
-            assert isinstance(await backend.inspect_run(TENANTLESS, bad), NotFound)
+            assert isinstance(await backend.runs.fetch_run(TENANTLESS, bad), NotFound)
+            assert isinstance(await backend.runs.inspect_run(TENANTLESS, bad), NotFound)
             odd = new_run(bad, GraphRef(fresh.graph_id, fresh.graph_hash), fresh.started_at)
-            got = await backend.initialize(TENANTLESS, init_proposal(odd, fresh.started_at), [])
+            got = await backend.transitions.initialize(
+                TENANTLESS, init_proposal(odd, fresh.started_at), []
+            )
             assert isinstance(got, InvalidTransition), got
             assert any("NUL" in reason for reason in got.reasons), got
         finally:

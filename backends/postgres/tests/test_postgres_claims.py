@@ -57,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 async def _graph(backend: PostgresBackend, owner: OwnerScope) -> GraphRef:
     document = graph_document("g")
     ref = graph_ref(document)
-    assert isinstance(await backend.save_graph(owner, ref, document), GraphVersion)
+    assert isinstance(await backend.graphs.save_graph(owner, ref, document), GraphVersion)
     return ref
 
 
@@ -65,7 +65,7 @@ async def _seed(
     backend: PostgresBackend, owner: OwnerScope, ref: GraphRef, run_id: str, wake: datetime
 ) -> Run:
     fresh = new_run(run_id, ref, wake)
-    got = await backend.initialize(owner, init_proposal(fresh, wake), [])
+    got = await backend.transitions.initialize(owner, init_proposal(fresh, wake), [])
     assert got == fresh, got
     return fresh
 
@@ -101,7 +101,7 @@ def test_two_instances_claim_disjoint_batches_over_many_rounds(
                     backend: PostgresBackend, limit: int, barrier: asyncio.Barrier = barrier
                 ) -> ClaimBatch:
                     await barrier.wait()
-                    batch = await backend.claim_due(_policy(limit))
+                    batch = await backend.runs.claim_due(_policy(limit))
                     assert isinstance(batch, ClaimBatch), batch
                     return batch
 
@@ -111,7 +111,7 @@ def test_two_instances_claim_disjoint_batches_over_many_rounds(
                 leased = [(lease.owner, lease.run_id) for b in batches for lease in b.leases]
                 assert len(leased) == len(set(leased)), f"round {round_}: a run leased twice"
                 assert set(leased) <= seeded
-                rest = await left.claim_due(_policy(10))
+                rest = await left.runs.claim_due(_policy(10))
                 assert isinstance(rest, ClaimBatch)
                 leased += [(lease.owner, lease.run_id) for lease in rest.leases]
                 assert sorted(leased, key=repr) == sorted(seeded, key=repr), (
@@ -119,14 +119,14 @@ def test_two_instances_claim_disjoint_batches_over_many_rounds(
                 )
                 for batch in (*batches, rest):  # park them so later rounds start clean
                     for lease in batch.leases:
-                        stored = await left.fetch_run(lease.owner, lease.run_id)
+                        stored = await left.runs.fetch_run(lease.owner, lease.run_id)
                         assert isinstance(stored, Run)
                         done = successor(stored, stored.updated_at, status=RunStatus.DONE)
                         proposal = claimed(
                             done, lease.claim_token, schedule=ReleaseClaim(Terminal())
                         )
                         assert isinstance(
-                            await right.commit_claimed(lease.owner, proposal, []), Run
+                            await right.transitions.commit_claimed(lease.owner, proposal, []), Run
                         )
         finally:
             await left.close()
@@ -185,7 +185,7 @@ def test_claimers_in_several_processes_lease_each_run_once(pg_url: str, schema_n
         backend = await opened(pg_url, schema)
         try:
             for owner in (TENANTLESS, Tenant("a"), Tenant("b"), Tenant("c")):
-                page = await backend.list_runs(owner, RunListQuery(limit=200))
+                page = await backend.runs.list_runs(owner, RunListQuery(limit=200))
                 assert {s.status for s in page.runs} == {RunStatus.DONE}
         finally:
             await backend.close()
@@ -215,7 +215,7 @@ def test_fair_policy_admits_due_work_breadth_first(pg_url: str, schema_name: Nam
         try:
             assert "claim.fair" in fair.capabilities().features
             await _tenants(fair, {"hot": 10, "warm": 3, "cold": 1}, clock)
-            batch = await fair.claim_due(_policy(8))
+            batch = await fair.runs.claim_due(_policy(8))
             assert isinstance(batch, ClaimBatch)
             taken = [(str(tenant_id_of(lease.owner)), lease.run_id) for lease in batch.leases]
             per_tenant = collections.Counter(tenant for tenant, _ in taken)
@@ -227,7 +227,7 @@ def test_fair_policy_admits_due_work_breadth_first(pg_url: str, schema_name: Nam
                 mine = [run_id for t, run_id in taken if t == tenant]
                 assert mine == sorted(mine)
             # the blind policy on the same store takes the oldest due runs, whoever owns them
-            more = await blind.claim_due(_policy(3))
+            more = await blind.runs.claim_due(_policy(3))
             assert isinstance(more, ClaimBatch)
             assert [lease.run_id for lease in more.leases] == ["hot-004", "hot-005", "hot-006"]
         finally:
@@ -253,7 +253,7 @@ def test_fair_demand_one_claims_spread_over_tenants(pg_url: str, schema_name: Na
                 await _tenants(backend, spec, clock)
                 seen: collections.Counter[str] = collections.Counter()
                 for _ in range(20):
-                    batch = await backend.claim_due(_policy(1))
+                    batch = await backend.runs.claim_due(_policy(1))
                     assert isinstance(batch, ClaimBatch) and len(batch.leases) == 1
                     seen[batch.leases[0].run_id.split("-")[0]] += 1
                 counts[name] = seen
@@ -287,13 +287,13 @@ def test_a_claim_blocked_by_a_stuck_lock_times_out_retryably(
                 f"SELECT 1 FROM \"{schema}\".live WHERE run_id = 'stuck' FOR UPDATE".encode()
             )
             started = time.monotonic()
-            got = await backend.claim_due(_policy(1))
+            got = await backend.runs.claim_due(_policy(1))
             elapsed = time.monotonic() - started
             assert isinstance(got, Retryable), got
             assert "57014" in got.reason and not got.reason.startswith("ambiguous")
             assert 0.4 < elapsed < 5, elapsed
             await conn.rollback()
-            batch = await backend.claim_due(_policy(1))
+            batch = await backend.runs.claim_due(_policy(1))
             assert isinstance(batch, ClaimBatch)
             assert [lease.run_id for lease in batch.leases] == ["stuck"]
         finally:
@@ -402,7 +402,7 @@ def test_listing_reads_the_owner_index(pg_url: str, schema_name: Names) -> None:
                 FROM generate_series(1, 20000) AS i""".encode()
             )
             await conn.execute(f'ANALYZE "{schema}".runs'.encode())
-            statement, params = backend._list_runs_sql(Tenant("t1"), RunListQuery(limit=10))
+            statement, params = backend.runs._list_runs_sql(Tenant("t1"), RunListQuery(limit=10))
             assert statement is not None
             cur = await conn.execute(b"EXPLAIN " + statement.as_bytes(conn), params)
             plan = "\n".join(str(row[0]) for row in await cur.fetchall())

@@ -70,15 +70,18 @@ async def _claimed_runs(
     document = graph_document("g")
     ref = graph_ref(document)
     for owner in set(owners):
-        assert isinstance(await backend.save_graph(owner, ref, document), GraphVersion)
+        assert isinstance(await backend.graphs.save_graph(owner, ref, document), GraphVersion)
     now = await backend.now()
     runs: dict[str, tuple[OwnerScope, Run]] = {}
     for owner, run_id in zip(owners, ids, strict=True):
         fresh = new_run(run_id, ref, now, event_seq=1)
         proposal = init_proposal(fresh, now)
-        assert await backend.initialize(owner, proposal, events_for(fresh, now, [1])) == fresh
+        assert (
+            await backend.transitions.initialize(owner, proposal, events_for(fresh, now, [1]))
+            == fresh
+        )
         runs[run_id] = (owner, fresh)
-    batch = await backend.claim_due(
+    batch = await backend.runs.claim_due(
         ClaimPolicy(limit=len(ids), orphan_ttl=timedelta(hours=1), max_claim_attempts=3)
     )
     assert isinstance(batch, ClaimBatch) and len(batch.leases) == len(ids)
@@ -87,7 +90,7 @@ async def _claimed_runs(
 
 def _grouped(backend: PostgresBackend, which: str = "_group") -> dict[int, int]:
     """The backend's batches sent by size, asserting some write went with another."""
-    group: GroupCommit[Any, Any] | None = getattr(backend, which)
+    group: GroupCommit[Any, Any] | None = getattr(backend.transitions, which)
     assert group is not None
     assert max(group.batches) > 1, f"nothing was grouped: {dict(group.batches)}"
     return dict(group.batches)
@@ -98,7 +101,7 @@ async def _behind(
 ) -> list[T]:
     """``alone`` sent by itself (the lane was free), then ``rest`` submitted while it is in
     flight (with ``commit_lanes=1`` they queue, and go as one batch)."""
-    group: GroupCommit[Any, Any] = getattr(backend, which)
+    group: GroupCommit[Any, Any] = getattr(backend.transitions, which)
     first = asyncio.ensure_future(alone)
     while not group.batches:  # until its lane has taken it
         await asyncio.sleep(0)
@@ -177,20 +180,20 @@ def test_a_burst_of_commits_is_grouped_and_each_gets_its_own_answer(
                 else:
                     proposal = claimed(nxt, lease.claim_token)
                     expected.append(nxt)
-                calls.append(backend.commit_claimed(owner, proposal, evs))
+                calls.append(backend.transitions.commit_claimed(owner, proposal, evs))
                 if run_id == "r08":  # the same proposal twice in one burst: then a replay
-                    calls.append(backend.commit_claimed(owner, proposal, evs))
+                    calls.append(backend.transitions.commit_claimed(owner, proposal, evs))
                     expected.append(nxt)
             ghost = claimed(successor(held["r09"][1], now), held["r09"][2].claim_token)
             ghost = attrs.evolve(ghost, run=attrs.evolve(ghost.run, id="ghost"))  # no such run
-            calls.append(backend.commit_claimed(held["r09"][0], ghost, []))
+            calls.append(backend.transitions.commit_claimed(held["r09"][0], ghost, []))
             expected.append(NotFound)
             answers = await asyncio.gather(*calls)
             _grouped(backend)
             _check_answers(answers, expected)
             for run_id in ids:  # read back: written exactly where the answer said so
                 owner, run, _ = held[run_id]
-                stored = await backend.fetch_run(owner, run_id)
+                stored = await backend.runs.fetch_run(owner, run_id)
                 assert isinstance(stored, Run)
                 want_seq = run.checkpoint_seq + (0 if run_id in ("r06", "r07") else 1)
                 assert stored.checkpoint_seq == want_seq, run_id
@@ -247,18 +250,18 @@ def test_usual_commits_of_a_group_are_applied_set_wise(pg_url: str, schema_name:
             first, *answers = await _behind(
                 backend,
                 "_group",
-                backend.commit_claimed(TENANTLESS, pilot, []),
-                [backend.commit_claimed(held[i][0], *proposals[i]) for i in ids],
+                backend.transitions.commit_claimed(TENANTLESS, pilot, []),
+                [backend.transitions.commit_claimed(held[i][0], *proposals[i]) for i in ids],
             )
             assert isinstance(first, Permanent) and "commit_run was called" in first.reason
             assert _grouped(backend) == {1: 1, len(ids): 1}
             assert answers == [proposals[i][0].run for i in ids]
             for i, run_id in enumerate(ids):
                 owner, _, lease = held[run_id]
-                info = await backend.inspect_run(owner, run_id)
+                info = await backend.runs.inspect_run(owner, run_id)
                 assert isinstance(info, RunInfo)
                 assert info.run == proposals[run_id][0].run
-                history = await backend.list_events(owner, run_id, EventListQuery(limit=50))
+                history = await backend.events.list_events(owner, run_id, EventListQuery(limit=50))
                 assert isinstance(history, EventPage)
                 assert [e.seq for e in history.events] == list(range(1, info.run.event_seq + 1))
                 if i == 8:  # finished: no operational state left
@@ -276,11 +279,11 @@ def test_usual_commits_of_a_group_are_applied_set_wise(pg_url: str, schema_name:
             current = proposals["u0"][0].run
             fresh = claimed(successor(current, now), lease.claim_token)
             got = await asyncio.gather(
-                backend.commit_claimed(held["u0"][0], fresh, []),
-                backend.commit_claimed(held["u0"][0], stale, []),
+                backend.transitions.commit_claimed(held["u0"][0], fresh, []),
+                backend.transitions.commit_claimed(held["u0"][0], stale, []),
             )
             assert all(isinstance(g, Permanent) for g in got), got
-            assert await backend.fetch_run(held["u0"][0], "u0") == current
+            assert await backend.runs.fetch_run(held["u0"][0], "u0") == current
         finally:
             await conn.close()
             await backend.close()
@@ -333,28 +336,31 @@ def test_a_runs_chained_writes_are_applied_set_wise_in_passes(
                 chains[run_id] = links
             original = await _definition(conn, schema, "commit_run")
             await _make_fail(conn, schema, "commit_run")
-            group = backend._group
+            group = backend.transitions._group
             assert group is not None
             answers = await asyncio.gather(
-                *(backend.commit_claimed_chain(held[i][0], chains[i]) for i in ids)
+                *(backend.transitions.commit_claimed_chain(held[i][0], chains[i]) for i in ids)
             )
             assert dict(group.batches) == {sum(len(c) for c in chains.values()): 1}
             for run_id, got in zip(ids, answers, strict=True):
                 owner = held[run_id][0]
                 assert got == [p.run for p, _ in chains[run_id]], run_id
                 final = chains[run_id][-1][0].run
-                info = await backend.inspect_run(owner, run_id)
+                info = await backend.runs.inspect_run(owner, run_id)
                 assert isinstance(info, RunInfo)
                 assert info.run == final and info.run.status is RunStatus.DONE
                 assert (info.claimed_at, info.wake_at) == (None, None), run_id
-                history = await backend.list_events(owner, run_id, EventListQuery(limit=50))
+                history = await backend.events.list_events(owner, run_id, EventListQuery(limit=50))
                 assert isinstance(history, EventPage)
                 assert [e.seq for e in history.events] == list(range(1, final.event_seq + 1))
             await conn.execute(original.encode())  # commit_run back, for the replays
             for run_id in ids:  # every link was recorded: sent again, each is a replay
                 final = chains[run_id][-1][0].run
                 for proposal, events in chains[run_id]:
-                    assert await backend.commit_claimed(held[run_id][0], proposal, events) == final
+                    assert (
+                        await backend.transitions.commit_claimed(held[run_id][0], proposal, events)
+                        == final
+                    )
             # a refused first write: its follower goes one at a time, and is refused too
             await backend.close()
             backend = await opened(pg_url, schema_name("chained2"), commit_lanes=1)
@@ -373,11 +379,14 @@ def test_a_runs_chained_writes_are_applied_set_wise_in_passes(
                 )
                 sent[run_id] = [(first, []), (last, [])]
             k0, k1 = await asyncio.gather(
-                *(backend.commit_claimed_chain(TENANTLESS, sent[i]) for i in ("k0", "k1"))
+                *(
+                    backend.transitions.commit_claimed_chain(TENANTLESS, sent[i])
+                    for i in ("k0", "k1")
+                )
             )
             assert k0 == [p.run for p, _ in sent["k0"]]
             assert all(isinstance(a, StaleCheckpoint) for a in k1), k1
-            assert await backend.fetch_run(TENANTLESS, "k1") == more["k1"][1]
+            assert await backend.runs.fetch_run(TENANTLESS, "k1") == more["k1"][1]
         finally:
             await conn.close()
             await backend.close()
@@ -410,7 +419,10 @@ def test_a_failing_group_statement_falls_back_to_one_commit_at_a_time(
                 zip(
                     ids,
                     await asyncio.gather(
-                        *(backend.commit_claimed(TENANTLESS, proposals[i], []) for i in ids)
+                        *(
+                            backend.transitions.commit_claimed(TENANTLESS, proposals[i], [])
+                            for i in ids
+                        )
                     ),
                     strict=True,
                 )
@@ -420,8 +432,8 @@ def test_a_failing_group_statement_falls_back_to_one_commit_at_a_time(
             assert "boom refused" in answers["boom"].reason
             for run_id in ("a", "b", "c", "d"):
                 assert answers[run_id] == proposals[run_id].run
-                assert await backend.fetch_run(TENANTLESS, run_id) == proposals[run_id].run
-            assert await backend.fetch_run(TENANTLESS, "boom") == held["boom"][1]
+                assert await backend.runs.fetch_run(TENANTLESS, run_id) == proposals[run_id].run
+            assert await backend.runs.fetch_run(TENANTLESS, "boom") == held["boom"][1]
         finally:
             await conn.close()
             await backend.close()
@@ -435,14 +447,14 @@ def test_commit_lanes_zero_sends_every_commit_alone_and_bad_values_are_refused(
     async def body() -> None:
         backend = await opened(pg_url, schema_name("alone"), commit_lanes=0)
         try:
-            assert backend._group is None
+            assert backend.transitions._group is None
             held = await _claimed_runs(backend, [TENANTLESS] * 3, ["x", "y", "z"])
             now = await backend.now()
             proposals = [
                 claimed(successor(r, now), lease.claim_token) for _, r, lease in held.values()
             ]
             got = await asyncio.gather(
-                *(backend.commit_claimed(TENANTLESS, p, []) for p in proposals)
+                *(backend.transitions.commit_claimed(TENANTLESS, p, []) for p in proposals)
             )
             assert got == [p.run for p in proposals]
         finally:
@@ -475,7 +487,7 @@ def test_a_version_1_store_needs_migrate_and_then_groups(pg_url: str, schema_nam
                 claimed(successor(r, now), lease.claim_token) for _, r, lease in held.values()
             ]
             got = await asyncio.gather(
-                *(backend.commit_claimed(TENANTLESS, p, []) for p in proposals)
+                *(backend.transitions.commit_claimed(TENANTLESS, p, []) for p in proposals)
             )
             assert got == [p.run for p in proposals]
             _grouped(backend)
@@ -495,7 +507,9 @@ def test_a_burst_of_run_starts_is_grouped_and_each_gets_its_own_answer(
             ref = graph_ref(document)
             owners: list[OwnerScope] = [TENANTLESS, Tenant("acme")]
             for owner in owners:
-                assert isinstance(await backend.save_graph(owner, ref, document), GraphVersion)
+                assert isinstance(
+                    await backend.graphs.save_graph(owner, ref, document), GraphVersion
+                )
             now = await backend.now()
             calls = []
             expected: list[object] = []
@@ -504,23 +518,25 @@ def test_a_burst_of_run_starts_is_grouped_and_each_gets_its_own_answer(
                 owner = owners[i % 2]
                 fresh = new_run(f"s{i}", ref, now, event_seq=1)
                 proposals[i] = (owner, init_proposal(fresh, now), events_for(fresh, now, [1]))
-                calls.append(backend.initialize(*proposals[i]))
+                calls.append(backend.transitions.initialize(*proposals[i]))
                 expected.append(fresh)
             owner, proposal, evs = proposals[3]  # the same proposal again: a replay
-            calls.append(backend.initialize(owner, proposal, evs))
+            calls.append(backend.transitions.initialize(owner, proposal, evs))
             expected.append(proposal.run)
             taken = init_proposal(attrs.evolve(proposal.run, input={"other": 1}), now)
-            calls.append(backend.initialize(owner, taken, evs))  # same id, other content
+            calls.append(
+                backend.transitions.initialize(owner, taken, evs)
+            )  # same id, other content
             expected.append(Conflict)
             lost = new_run("nograph", GraphRef("nope", "0" * 64), now)
-            calls.append(backend.initialize(TENANTLESS, init_proposal(lost, now), []))
+            calls.append(backend.transitions.initialize(TENANTLESS, init_proposal(lost, now), []))
             expected.append(NotFound)
             answers = await asyncio.gather(*calls)
             _grouped(backend, "_init_group")
             _check_answers(answers, expected)
             for owner, proposal, _ in proposals.values():
-                assert await backend.fetch_run(owner, proposal.run.id) == proposal.run
-            assert isinstance(await backend.fetch_run(TENANTLESS, "nograph"), NotFound)
+                assert await backend.runs.fetch_run(owner, proposal.run.id) == proposal.run
+            assert isinstance(await backend.runs.fetch_run(TENANTLESS, "nograph"), NotFound)
         finally:
             await backend.close()
 
@@ -539,7 +555,9 @@ def test_claimed_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_name
         try:
             document = graph_document("g")
             ref = graph_ref(document)
-            assert isinstance(await backend.save_graph(TENANTLESS, ref, document), GraphVersion)
+            assert isinstance(
+                await backend.graphs.save_graph(TENANTLESS, ref, document), GraphVersion
+            )
             await _make_fail(conn, schema, "initialize_run")
             now = await backend.now()
             calls: list[Awaitable[TransitionResult]] = []
@@ -547,37 +565,37 @@ def test_claimed_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_name
                 fresh = new_run(f"k{i}", ref, now, event_seq=1)
                 start = (TENANTLESS, init_proposal(fresh, now), events_for(fresh, now, [1]))
                 if i % 2:
-                    calls.append(backend.initialize_claimed(*start, f"tok-{i}"))
+                    calls.append(backend.transitions.initialize_claimed(*start, f"tok-{i}"))
                 else:
-                    calls.append(backend.initialize(*start))
+                    calls.append(backend.transitions.initialize(*start))
             pilot = init_proposal(new_run("pilot", ref, now), now)
             first, *answers = await _behind(
-                backend, "_init_group", backend.initialize(TENANTLESS, pilot, []), calls
+                backend, "_init_group", backend.transitions.initialize(TENANTLESS, pilot, []), calls
             )
             assert isinstance(first, Permanent)  # went alone, through initialize_run
             assert _grouped(backend, "_init_group") == {1: 1, len(calls): 1}
             assert [a.id for a in answers if isinstance(a, Run)] == [f"k{i}" for i in range(6)]
             for i in range(6):
-                info = await backend.inspect_run(TENANTLESS, f"k{i}")
+                info = await backend.runs.inspect_run(TENANTLESS, f"k{i}")
                 assert isinstance(info, RunInfo)
                 if i % 2:
                     assert (info.claimed_at, info.wake_at, info.claim_attempts) == (now, None, 1)
                 else:
                     assert (info.claimed_at, info.wake_at, info.claim_attempts) == (None, now, 0)
-            batch = await backend.claim_due(
+            batch = await backend.runs.claim_due(
                 ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=3)
             )
             assert isinstance(batch, ClaimBatch)
             assert sorted(lease.run_id for lease in batch.leases) == ["k0", "k2", "k4"]
             # each claimed start is held by its own token
             for i in (1, 3, 5):
-                run = await backend.fetch_run(TENANTLESS, f"k{i}")
+                run = await backend.runs.fetch_run(TENANTLESS, f"k{i}")
                 assert isinstance(run, Run)
-                held = await backend.commit_claimed(
+                held = await backend.transitions.commit_claimed(
                     TENANTLESS, claimed(successor(run, now), f"tok-{i}"), []
                 )
                 assert isinstance(held, Run) and held.checkpoint_seq == 2
-                stale = await backend.commit_claimed(
+                stale = await backend.transitions.commit_claimed(
                     TENANTLESS, claimed(successor(held, now), f"tok-{i + 1}"), []
                 )
                 assert isinstance(stale, StaleCheckpoint)
@@ -602,7 +620,9 @@ def test_usual_run_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_na
             ref = graph_ref(document)
             owners: list[OwnerScope] = [TENANTLESS, Tenant("acme")]
             for owner in owners:
-                assert isinstance(await backend.save_graph(owner, ref, document), GraphVersion)
+                assert isinstance(
+                    await backend.graphs.save_graph(owner, ref, document), GraphVersion
+                )
             await _make_fail(conn, schema, "initialize_run")
             now = await backend.now()
             starts = []
@@ -617,21 +637,21 @@ def test_usual_run_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_na
             first, *answers = await _behind(
                 backend,
                 "_init_group",
-                backend.initialize(TENANTLESS, pilot, []),
-                [backend.initialize(*start) for start in starts],
+                backend.transitions.initialize(TENANTLESS, pilot, []),
+                [backend.transitions.initialize(*start) for start in starts],
             )
             assert isinstance(first, Permanent) and "initialize_run was called" in first.reason
             assert _grouped(backend, "_init_group") == {1: 1, len(starts): 1}
             assert answers == [proposal.run for _, proposal, _ in starts]
             for owner, proposal, evs in starts:
-                info = await backend.inspect_run(owner, proposal.run.id)
+                info = await backend.runs.inspect_run(owner, proposal.run.id)
                 assert isinstance(info, RunInfo) and info.run == proposal.run
                 assert info.wake_at == proposal.wake_at and info.claimed_at is None
-                history = await backend.list_events(
+                history = await backend.events.list_events(
                     owner, proposal.run.id, EventListQuery(limit=50)
                 )
                 assert isinstance(history, EventPage) and list(history.events) == evs
-            batch = await backend.claim_due(
+            batch = await backend.runs.claim_due(
                 ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=3)
             )
             assert isinstance(batch, ClaimBatch)
@@ -639,8 +659,8 @@ def test_usual_run_starts_of_a_group_are_applied_set_wise(pg_url: str, schema_na
             # a taken id cannot go set-wise: initialize_run is called, and here it fails
             fresh_start = init_proposal(new_run("fresh", ref, now), now)
             again = await asyncio.gather(
-                backend.initialize(TENANTLESS, fresh_start, []),
-                backend.initialize(*starts[0]),
+                backend.transitions.initialize(TENANTLESS, fresh_start, []),
+                backend.transitions.initialize(*starts[0]),
             )
             assert all(isinstance(a, Permanent) for a in again), again
         finally:
@@ -686,14 +706,16 @@ def test_group_statements_probe_keys_on_a_store_without_statistics(
                 owner, run, lease = held[run_id]
                 nxt = successor(run, now, new_events=1)
                 commits.append(
-                    backend.commit_claimed(
+                    backend.transitions.commit_claimed(
                         owner, claimed(nxt, lease.claim_token), events_for(nxt, now, [2])
                     )
                 )
             ref = graph_ref(graph_document("g"))
             fresh = [new_run(run_id, ref, now, event_seq=1) for run_id in starts]
             inits = [
-                backend.initialize(TENANTLESS, init_proposal(r, now), events_for(r, now, [1]))
+                backend.transitions.initialize(
+                    TENANTLESS, init_proposal(r, now), events_for(r, now, [1])
+                )
                 for r in fresh
             ]
             answers = await asyncio.gather(*commits, *inits)

@@ -40,14 +40,14 @@ CLAIM = ClaimPolicy(limit=1, orphan_ttl=timedelta(hours=1), max_claim_attempts=5
 async def _graph(backend: PostgresBackend) -> GraphRef:
     document = graph_document("g")
     ref = graph_ref(document)
-    assert isinstance(await backend.save_graph(TENANTLESS, ref, document), GraphVersion)
+    assert isinstance(await backend.graphs.save_graph(TENANTLESS, ref, document), GraphVersion)
     return ref
 
 
 async def _due(backend: PostgresBackend, ref: GraphRef, run_id: str) -> Run:
     now = await backend.now()
     fresh = new_run(run_id, ref, now)
-    assert await backend.initialize(TENANTLESS, init_proposal(fresh, now), []) == fresh
+    assert await backend.transitions.initialize(TENANTLESS, init_proposal(fresh, now), []) == fresh
     return fresh
 
 
@@ -79,14 +79,15 @@ def test_another_instance_wakes_a_waiter_promptly(pg_url: str, schema_name: Name
             assert max(latencies) < 1.0, latencies
             assert statistics.median(latencies) < 0.2, latencies
             # release and abandon announce too (backend-spec §16.19)
-            batch = await writer.claim_due(CLAIM)
+            batch = await writer.runs.claim_due(CLAIM)
             assert isinstance(batch, ClaimBatch) and batch.leases
             lease = batch.leases[0]
             woken, _ = await _woken_by(
-                waiter, lambda: writer.release_claim(TENANTLESS, lease.run_id, lease.claim_token)
+                waiter,
+                lambda: writer.runs.release_claim(TENANTLESS, lease.run_id, lease.claim_token),
             )
             assert woken, "release wakes"
-            batch = await writer.claim_due(CLAIM)
+            batch = await writer.runs.claim_due(CLAIM)
             assert isinstance(batch, ClaimBatch) and batch.leases
             lease = batch.leases[0]
             now = await writer.now()
@@ -95,7 +96,9 @@ def test_another_instance_wakes_a_waiter_promptly(pg_url: str, schema_name: Name
             )
             woken, _ = await _woken_by(
                 waiter,
-                lambda: writer.abandon_claim(TENANTLESS, lease.run_id, lease.claim_token, policy),
+                lambda: writer.runs.abandon_claim(
+                    TENANTLESS, lease.run_id, lease.claim_token, policy
+                ),
             )
             assert woken, "abandon wakes"
         finally:
@@ -122,21 +125,21 @@ def test_silence_for_other_schemas_future_work_and_refusals(
             later = new_run("later", ref, now)
             woken, _ = await _woken_by(
                 waiter,
-                lambda: writer.initialize(
+                lambda: writer.transitions.initialize(
                     TENANTLESS, init_proposal(later, now + timedelta(hours=1)), []
                 ),
                 0.4,
             )
             assert not woken, "a future wake is found by polling, not announced"
             fresh = await _due(writer, ref, "due")
-            batch = await writer.claim_due(CLAIM)
+            batch = await writer.runs.claim_due(CLAIM)
             assert isinstance(batch, ClaimBatch) and batch.leases
             stale = claimed(
                 successor(fresh, now), "not-the-token", schedule=ReleaseClaim(Immediate())
             )
 
             async def refused() -> None:
-                got = await writer.commit_claimed(TENANTLESS, stale, [])
+                got = await writer.transitions.commit_claimed(TENANTLESS, stale, [])
                 assert isinstance(got, StaleCheckpoint), got
 
             woken, _ = await _woken_by(waiter, refused, 0.4)
@@ -192,7 +195,7 @@ def test_without_the_listener_polling_is_the_fallback(pg_url: str, schema_name: 
             started = time.monotonic()
             woken, _ = await _woken_by(other, lambda: _due(quiet, ref, "theirs"), 0.3)
             assert not woken and time.monotonic() - started >= 0.25, "others poll"
-            batch = await other.claim_due(
+            batch = await other.runs.claim_due(
                 ClaimPolicy(limit=5, orphan_ttl=timedelta(hours=1), max_claim_attempts=5)
             )
             assert isinstance(batch, ClaimBatch) and len(batch.leases) == 2, "polling finds it"

@@ -51,7 +51,7 @@ HOUR = timedelta(hours=1)
 async def _graph(backend: PostgresBackend) -> GraphRef:
     document = graph_document("g")
     ref = graph_ref(document)
-    assert isinstance(await backend.save_graph(TENANTLESS, ref, document), GraphVersion)
+    assert isinstance(await backend.graphs.save_graph(TENANTLESS, ref, document), GraphVersion)
     return ref
 
 
@@ -60,7 +60,10 @@ async def _run(backend: PostgresBackend, ref: GraphRef, run_id: str, events: int
     fresh = new_run(run_id, ref, now, event_seq=events)
     evs = events_for(fresh, now, range(1, events + 1))
     assert (
-        await backend.initialize(TENANTLESS, init_proposal(fresh, now + HOUR * 100), evs) == fresh
+        await backend.transitions.initialize(
+            TENANTLESS, init_proposal(fresh, now + HOUR * 100), evs
+        )
+        == fresh
     )
     return fresh
 
@@ -76,7 +79,7 @@ def test_old_events_are_pruned_and_the_hole_is_visible(pg_url: str, schema_name:
             clock.advance(2 * HOUR)
             later = successor(first, clock(), new_events=2)
             assert (
-                await backend.commit_unclaimed(
+                await backend.transitions.commit_unclaimed(
                     TENANTLESS, 1, unclaimed(later), events_for(later, clock(), [4, 5])
                 )
                 == later
@@ -84,7 +87,7 @@ def test_old_events_are_pruned_and_the_hole_is_visible(pg_url: str, schema_name:
             # exactly at the boundary (inserted two hours ago, age two hours): kept
             assert await backend.prune(event_age=2 * HOUR) == PruneResult(True, 0, 0)
             assert await backend.prune(event_age=HOUR) == PruneResult(True, 3, 0)
-            page = await backend.list_events(TENANTLESS, "live", EventListQuery())
+            page = await backend.events.list_events(TENANTLESS, "live", EventListQuery())
             assert isinstance(page, EventPage)
             assert [e.seq for e in page.events] == [4, 5]
             assert (page.oldest_available_seq, page.latest_available_seq, page.latest_seq) == (
@@ -92,14 +95,17 @@ def test_old_events_are_pruned_and_the_hole_is_visible(pg_url: str, schema_name:
                 5,
                 5,
             )
-            assert isinstance(await backend.fetch_event(TENANTLESS, "live", 1), NotFound)
+            assert isinstance(await backend.events.fetch_event(TENANTLESS, "live", 1), NotFound)
             # the run itself is live and untouched
-            assert await backend.fetch_run(TENANTLESS, "live") == later
+            assert await backend.runs.fetch_run(TENANTLESS, "live") == later
             # a commit that re-sends a pruned event is accepted, and it is not re-inserted
             nxt = successor(later, clock(), new_events=1)
             resend = [event("live", 3, first.started_at), *events_for(nxt, clock(), [6])]
-            assert await backend.commit_unclaimed(TENANTLESS, 2, unclaimed(nxt), resend) == nxt
-            page = await backend.list_events(TENANTLESS, "live", EventListQuery())
+            assert (
+                await backend.transitions.commit_unclaimed(TENANTLESS, 2, unclaimed(nxt), resend)
+                == nxt
+            )
+            page = await backend.events.list_events(TENANTLESS, "live", EventListQuery())
             assert isinstance(page, EventPage) and [e.seq for e in page.events] == [4, 5, 6]
         finally:
             await backend.close()
@@ -118,14 +124,14 @@ def test_finished_runs_are_pruned_with_their_events(pg_url: str, schema_name: Na
             await _run(backend, ref, "claimed", events=0)
             finished = successor(done, clock(), status=RunStatus.DONE)
             assert (
-                await backend.commit_unclaimed(
+                await backend.transitions.commit_unclaimed(
                     TENANTLESS, 1, unclaimed(finished, wake=Terminal()), []
                 )
                 == finished
             )
             parked = successor(waiting, clock(), status=RunStatus.WAITING)
             assert (
-                await backend.commit_unclaimed(
+                await backend.transitions.commit_unclaimed(
                     TENANTLESS, 1, unclaimed(parked, wake=External()), []
                 )
                 == parked
@@ -133,14 +139,14 @@ def test_finished_runs_are_pruned_with_their_events(pg_url: str, schema_name: Na
             policy = ClaimPolicy(
                 limit=5, orphan_ttl=HOUR, max_claim_attempts=3, now=T0 + 200 * HOUR
             )
-            batch = await backend.claim_due(policy)
+            batch = await backend.runs.claim_due(policy)
             assert isinstance(batch, ClaimBatch) and [x.run_id for x in batch.leases] == ["claimed"]
             clock.advance(3 * HOUR)
             assert await backend.prune(run_age=2 * HOUR) == PruneResult(True, 0, 1)
-            assert isinstance(await backend.fetch_run(TENANTLESS, "done"), NotFound)
-            gone = await backend.list_events(TENANTLESS, "done", EventListQuery())
+            assert isinstance(await backend.runs.fetch_run(TENANTLESS, "done"), NotFound)
+            gone = await backend.events.list_events(TENANTLESS, "done", EventListQuery())
             assert isinstance(gone, NotFound)
-            left = await backend.list_runs(SYSTEM, RunListQuery())
+            left = await backend.runs.list_runs(SYSTEM, RunListQuery())
             assert sorted(s.id for s in left.runs) == ["claimed", "waiting"]
             assert await backend.prune(run_age=timedelta(0)) == PruneResult(True, 0, 0)
         finally:

@@ -339,9 +339,11 @@ def test_check_constraints_and_triggers_refuse_impossible_rows(
         document = graph_document("g")
         ref = graph_ref(document)
         owner = Tenant("a")
-        assert isinstance(await backend.save_graph(owner, ref, document), GraphVersion)
+        assert isinstance(await backend.graphs.save_graph(owner, ref, document), GraphVersion)
         run_ = new_run("r1", ref, clock())
-        assert isinstance(await backend.initialize(owner, init_proposal(run_, clock()), []), Run)
+        assert isinstance(
+            await backend.transitions.initialize(owner, init_proposal(run_, clock()), []), Run
+        )
         conn = await admin(pg_url)
         where = "WHERE tenant = 'a' AND run_id = 'r1'"
         try:
@@ -383,9 +385,9 @@ def test_published_events_are_immutable(pg_url: str, schema_name: Names) -> None
         backend = await opened(pg_url, schema, clock=clock)
         document = graph_document("g")
         ref = graph_ref(document)
-        assert isinstance(await backend.save_graph(TENANTLESS, ref, document), GraphVersion)
+        assert isinstance(await backend.graphs.save_graph(TENANTLESS, ref, document), GraphVersion)
         run_ = new_run("r1", ref, clock(), event_seq=2)
-        got = await backend.initialize(
+        got = await backend.transitions.initialize(
             TENANTLESS, init_proposal(run_, clock()), events_for(run_, clock(), [1, 2])
         )
         assert got == run_

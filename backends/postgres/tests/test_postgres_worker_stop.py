@@ -121,7 +121,7 @@ def test_a_worker_stopped_while_its_poll_waits_for_a_connection_does_not_wait_it
         backend = PostgresBackend.from_url(url, pool_timeout=60.0)
         docket = Docket(backend, nodes=NODES, shutdown_timeout=SHUTDOWN, poll_interval=0.1)
         async with docket:
-            pool = backend._pool  # the test watches the pool's queue of waiting requests
+            pool = backend._engine.pool  # the test watches the pool's queue of waiting requests
             assert pool is not None
             worker = docket.worker()
             worker.start()
