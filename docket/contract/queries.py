@@ -33,6 +33,14 @@ def _aware(name: str, value: object) -> None:
         raise ValueError(f"{name} must be an aware datetime, got {value!r}")
 
 
+def require_run_id(run_id: object) -> str:
+    """``run_id`` itself when it is a string; a store operation given anything else
+    raises ``TypeError`` (a caller's bug, not a stored state)."""
+    if not isinstance(run_id, str):
+        raise TypeError(f"run_id must be a string, got {type(run_id).__name__}")
+    return run_id
+
+
 def require_seq(seq: object) -> None:
     _positive("seq", seq)
 
@@ -157,6 +165,7 @@ __all__ = [
     "require_claim_policy",
     "require_event_query",
     "require_graph_query",
+    "require_run_id",
     "require_run_query",
     "require_seq",
     "select_claims",

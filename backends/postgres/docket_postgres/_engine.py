@@ -312,12 +312,6 @@ def owner_of(key: str) -> OwnerScope:
     return owner_scope(key or None)
 
 
-def require_run_id(run_id: object) -> str:
-    if not isinstance(run_id, str):
-        raise TypeError(f"run_id must be a string, got {type(run_id).__name__}")
-    return run_id
-
-
 def storable(*texts: object) -> bool:
     """Whether PostgreSQL ``text`` can hold these ids (it cannot hold NUL)."""
     return all(not isinstance(t, str) or "\x00" not in t for t in texts)

@@ -8,10 +8,10 @@ Stored bytes are decoded by :func:`docket.contract.stored.decode_event`.
 from __future__ import annotations
 
 from docket.contract import CorruptEventRow, EventListQuery, NotFound
-from docket.contract.queries import require_event_query, require_seq
-from docket.contract.stored import decode_event
+from docket.contract.queries import require_event_query, require_run_id, require_seq
+from docket.contract.stored import decode_event, decode_event_page
 from docket.records import Event, EventPage, OwnerScope, require_owner
-from docket_postgres._engine import Engine, require_run_id, storable, tenant_key
+from docket_postgres._engine import Engine, storable, tenant_key
 
 _FETCH_EVENT = (
     "SELECT event_json FROM @schema@.events WHERE tenant = %s AND run_id = %s AND seq = %s"
@@ -80,19 +80,11 @@ class PostgresEvents:
         if not rows:
             return NotFound()
         latest_seq, oldest, newest = rows[0][0], rows[0][1], rows[0][2]
-        events: list[Event] = []
-        for _, _, _, seq, data in rows:
-            if seq is None:
-                continue
-            decoded = decode_event(run_id, int(seq), bytes(data))
-            if isinstance(decoded, CorruptEventRow):
-                return decoded
-            events.append(decoded)
-        return EventPage.from_candidates(
-            events,
-            limit=query.limit,
-            after_seq=query.after_seq,
-            oldest_available_seq=None if oldest is None else int(oldest),
-            latest_available_seq=None if newest is None else int(newest),
-            latest_seq=int(latest_seq),
+        return decode_event_page(
+            run_id,
+            ((int(seq), bytes(data)) for _, _, _, seq, data in rows if seq is not None),
+            query,
+            oldest=None if oldest is None else int(oldest),
+            newest=None if newest is None else int(newest),
+            latest=int(latest_seq),
         )

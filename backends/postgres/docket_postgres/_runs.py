@@ -39,7 +39,12 @@ from docket.contract import (
     StaleAbandon,
 )
 from docket.contract.claimed import ClaimedRunDocuments
-from docket.contract.queries import require_abandon_policy, require_claim_policy, require_run_query
+from docket.contract.queries import (
+    require_abandon_policy,
+    require_claim_policy,
+    require_run_id,
+    require_run_query,
+)
 from docket.records import (
     CheckpointType,
     OwnerScope,
@@ -61,7 +66,6 @@ from docket_postgres._engine import (
     decode_run,
     opt_time,
     owner_of,
-    require_run_id,
     storable,
     tenant_key,
 )

@@ -29,6 +29,7 @@ from docket.contract import (
     External,
     Immediate,
     InitProposal,
+    Limits,
     NotFound,
     Permanent,
     RetainClaim,
@@ -36,22 +37,17 @@ from docket.contract import (
     StaleCheckpoint,
     Terminal,
     TransitionResult,
-    UnclaimedProposal,
 )
 from docket.contract.grouping import commit_claimed_in_order
 from docket.contract.validate import (
     Replay,
-    ValidationResult,
     ValidTransition,
     check_identity,
     check_replay,
     compare_event,
     split_events,
-    validate_commit_claimed,
-    validate_commit_unclaimed,
-    validate_initialize,
-    validate_initialize_claimed,
 )
+from docket.contract.writes import ValidatedTransitions
 from docket.records import Event, OwnerScope, Run, run_from_json
 from docket.values import utc
 from docket_postgres._engine import Engine, storable, tenant_key
@@ -90,7 +86,7 @@ def _stored(data: object, run_id: str) -> Run | Permanent:
         return Permanent(f"the stored run document {run_id!r} cannot be read: {exc}")
 
 
-class PostgresTransitions:
+class PostgresTransitions(ValidatedTransitions):
     """``TransitionStore`` (with ``ChainedCommits`` and ``ClaimedStarts``) over one
     backend's :class:`~docket_postgres._engine.Engine`. ``commit_lanes`` statements of
     each kind go at once before further writes are grouped (0: every write alone)."""
@@ -100,6 +96,10 @@ class PostgresTransitions:
         self._group = grouping(engine, COMMIT_STATEMENT, commit_lanes)
         self._init_group = grouping(engine, INITIALIZE_STATEMENT, commit_lanes)
 
+    @property
+    def limits(self) -> Limits:
+        return self._engine.limits
+
     async def drain(self) -> None:
         """Wait until every write queued for a group statement has been sent."""
         for group in (self._group, self._init_group):
@@ -108,33 +108,9 @@ class PostgresTransitions:
 
     # -- starts ---------------------------------------------------------------------------------
 
-    async def initialize(
-        self, owner: OwnerScope, proposal: InitProposal, events: Sequence[Event]
+    async def _publish_start(
+        self, owner: OwnerScope, proposal: InitProposal, valid: ValidTransition
     ) -> TransitionResult:
-        valid = validate_initialize(owner, proposal, events, self._engine.limits)
-        return await self._initialize(owner, proposal, valid)
-
-    async def initialize_claimed(
-        self,
-        owner: OwnerScope,
-        proposal: InitProposal,
-        events: Sequence[Event],
-        claim_token: str,
-    ) -> TransitionResult:
-        """``ClaimedStarts`` (schema version 5): the run is written claimed by the token."""
-        valid = validate_initialize_claimed(
-            owner, proposal, events, claim_token, self._engine.limits
-        )
-        return await self._initialize(owner, proposal, valid)
-
-    async def _initialize(
-        self,
-        owner: OwnerScope,
-        proposal: InitProposal,
-        valid: ValidationResult,
-    ) -> TransitionResult:
-        if not isinstance(valid, ValidTransition):
-            return valid
         key = tenant_key(owner)
         run = valid.run
         if not storable(key, run.id, run.graph_id, run.graph_hash, proposal.transition_id):
@@ -184,14 +160,6 @@ class PostgresTransitions:
 
     # -- commits --------------------------------------------------------------------------------
 
-    async def commit_claimed(
-        self, owner: OwnerScope, proposal: ClaimedProposal, events: Sequence[Event]
-    ) -> TransitionResult:
-        valid = validate_commit_claimed(owner, proposal, events, self._engine.limits)
-        if not isinstance(valid, ValidTransition):
-            return valid
-        return await self._commit(owner, valid)
-
     async def commit_claimed_chain(
         self, owner: OwnerScope, commits: Sequence[tuple[ClaimedProposal, Sequence[Event]]]
     ) -> list[TransitionResult]:
@@ -200,21 +168,7 @@ class PostgresTransitions:
         behind its first."""
         return await commit_claimed_in_order(self, owner, commits)
 
-    async def commit_unclaimed(
-        self,
-        owner: OwnerScope,
-        expected_checkpoint_seq: int,
-        proposal: UnclaimedProposal,
-        events: Sequence[Event],
-    ) -> TransitionResult:
-        valid = validate_commit_unclaimed(
-            owner, expected_checkpoint_seq, proposal, events, self._engine.limits
-        )
-        if not isinstance(valid, ValidTransition):
-            return valid
-        return await self._commit(owner, valid)
-
-    async def _commit(self, owner: OwnerScope, valid: ValidTransition) -> TransitionResult:
+    async def _publish_commit(self, owner: OwnerScope, valid: ValidTransition) -> TransitionResult:
         transition_id, token = valid.transition_id, valid.claim_token
         expected, schedule = valid.expected_checkpoint_seq, valid.schedule
         checkpoint_type = valid.checkpoint_type

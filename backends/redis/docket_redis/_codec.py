@@ -41,12 +41,6 @@ def opt_time(value: Any) -> datetime | None:
     return None if value is None else from_micros(int(text(value)))
 
 
-def check_run_id(run_id: object) -> str:
-    if not isinstance(run_id, str):
-        raise TypeError(f"run_id must be a string, got {type(run_id).__name__}")
-    return run_id
-
-
 def decode_run(data: Any) -> Run:
     try:
         return run_from_json(data)

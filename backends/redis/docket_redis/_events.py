@@ -10,10 +10,10 @@ a run without events.
 from __future__ import annotations
 
 from docket.contract import CorruptEventRow, EventListQuery, NotFound
-from docket.contract.queries import require_event_query, require_seq
+from docket.contract.queries import require_event_query, require_run_id, require_seq
 from docket.contract.stored import decode_event, decode_event_page
 from docket.records import Event, EventPage, OwnerScope, require_owner
-from docket_redis._codec import check_run_id, code, text
+from docket_redis._codec import code, text
 from docket_redis._engine import RedisEngine
 
 
@@ -28,7 +28,7 @@ class RedisEvents:
     ) -> Event | NotFound | CorruptEventRow:
         scope = self._engine.ns.scope(require_owner(owner))
         require_seq(seq)
-        key = scope.events(check_run_id(run_id))
+        key = scope.events(require_run_id(run_id))
         data = await self._engine.transport.command(key, "HGET", key, str(seq))
         return NotFound("event") if data is None else decode_event(run_id, seq, data)
 
@@ -36,7 +36,7 @@ class RedisEvents:
         self, owner: OwnerScope, run_id: str
     ) -> Event | NotFound | CorruptEventRow | None:
         scope = self._engine.ns.scope(require_owner(owner))
-        check_run_id(run_id)
+        require_run_id(run_id)
         reply = await self._engine.eval(
             "latest_event",
             [scope.run(run_id), scope.event_index(run_id), scope.events(run_id)],
@@ -55,7 +55,7 @@ class RedisEvents:
     ) -> EventPage | NotFound | CorruptEventRow:
         scope = self._engine.ns.scope(require_owner(owner))
         require_event_query(query)
-        check_run_id(run_id)
+        require_run_id(run_id)
         reply = await self._engine.eval(
             "list_events",
             [scope.run(run_id), scope.event_index(run_id), scope.events(run_id)],

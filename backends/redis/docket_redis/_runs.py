@@ -30,7 +30,7 @@ from docket.contract import (
     StaleAbandon,
 )
 from docket.contract.claimed import ClaimedRunDocuments
-from docket.contract.queries import require_abandon_policy, require_run_query
+from docket.contract.queries import require_abandon_policy, require_run_id, require_run_query
 from docket.records import (
     CheckpointType,
     OwnerScope,
@@ -45,7 +45,7 @@ from docket.records import (
 )
 from docket.values import from_micros, to_micros
 from docket_redis import _claims
-from docket_redis._codec import check_run_id, code, decode_run, decode_summary, opt_time, text
+from docket_redis._codec import code, decode_run, decode_summary, opt_time, text
 from docket_redis._engine import RedisEngine
 from docket_redis.errors import corrupt
 from docket_redis.keys import ScopeKeys, index_member, owner_part
@@ -65,13 +65,13 @@ class RedisRuns:
 
     async def fetch_run(self, owner: OwnerScope, run_id: str) -> Run | NotFound:
         scope = self._engine.ns.scope(require_owner(owner))
-        key = scope.run(check_run_id(run_id))
+        key = scope.run(require_run_id(run_id))
         data = (await self._engine.eval("read_run", [key], []))[0]
         return NotFound() if data is None else decode_run(data)
 
     async def inspect_run(self, owner: OwnerScope, run_id: str) -> RunInfo | NotFound:
         scope = self._engine.ns.scope(require_owner(owner))
-        key = scope.run(check_run_id(run_id))
+        key = scope.run(require_run_id(run_id))
         row = await self._engine.eval("read_run", [key], [])
         data, wake, claimed, attempts, abandons, poisoned, reason, checkpoint = row
         if data is None:
@@ -163,7 +163,7 @@ class RedisRuns:
         self, owner: OwnerScope, run_id: str, token: str, now: datetime | None = None
     ) -> ClaimRefreshed | ClaimLost:
         scope = self._engine.ns.scope(require_owner(owner))
-        check_run_id(run_id)
+        require_run_id(run_id)
         moment = self._engine.now_arg(now)
         if not isinstance(token, str):
             return ClaimLost()
@@ -179,7 +179,7 @@ class RedisRuns:
     ) -> None:
         engine = self._engine
         scope = engine.ns.scope(require_owner(owner))
-        check_run_id(run_id)
+        require_run_id(run_id)
         moment = engine.now_arg(now)
         if not isinstance(token, str):
             return
@@ -197,7 +197,7 @@ class RedisRuns:
         given = engine.now_arg(policy.now)
         now = from_micros(int(given)) if given else await engine.server_time(scope.ready)
         require_abandon_policy(policy, now)
-        check_run_id(run_id)
+        require_run_id(run_id)
         if not isinstance(token, str):
             return StaleAbandon()
         backoff = policy.backoff
@@ -232,7 +232,7 @@ class RedisRuns:
     ) -> Run | NotFound | InactiveRun:
         engine = self._engine
         scope = engine.ns.scope(require_owner(owner))
-        check_run_id(run_id)
+        require_run_id(run_id)
         moment = engine.now_arg(now)
         reply = await engine.eval(
             "retry_poisoned",

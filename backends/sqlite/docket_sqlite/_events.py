@@ -10,11 +10,11 @@ from __future__ import annotations
 import sqlite3
 
 from docket.contract import CorruptEventRow, EventListQuery, NotFound
-from docket.contract.queries import require_event_query, require_seq
+from docket.contract.queries import require_event_query, require_run_id, require_seq
 from docket.contract.stored import decode_event, decode_event_page
 from docket.records import Event, EventPage, OwnerScope, require_owner
 from docket_sqlite._engine import Engine
-from docket_sqlite._rows import require_run_id, run_address, run_exists, tenant_key
+from docket_sqlite._rows import run_address, run_exists, tenant_key
 
 
 class SQLiteEventStore:

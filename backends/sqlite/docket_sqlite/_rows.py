@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from docket.contract.queries import require_run_id
 from docket.records import OwnerScope, RecordDecodeError, require_owner, tenant_id_of
 from docket.values import from_micros
 from docket_sqlite.schema import RUN_PIECE_BYTES
@@ -31,12 +32,6 @@ def tenant_of(key: str) -> str | None:
 
 def optional_time(value: Any) -> datetime | None:
     return None if value is None else from_micros(int(value))
-
-
-def require_run_id(run_id: object) -> str:
-    if not isinstance(run_id, str):
-        raise TypeError(f"run_id must be a string, got {type(run_id).__name__}")
-    return run_id
 
 
 def run_address(owner: OwnerScope, run_id: object) -> str:
@@ -119,7 +114,6 @@ def whole_run_json(conn: sqlite3.Connection, key: str, run_id: str, head: Any, p
 __all__ = [
     "cut",
     "optional_time",
-    "require_run_id",
     "run_address",
     "run_exists",
     "store_pieces",
