@@ -104,6 +104,33 @@ class PermanentStoreError(StoreError):
         super().__init__(Permanent(reason))
 
 
+class SchemaMismatch(PermanentStoreError):
+    """Opening a store whose schema version this backend release cannot use; nothing
+    was changed. ``where`` names the store (a file, a schema, a key prefix), ``found``
+    its version, ``supported`` this release's. A backend subclasses :class:`SchemaTooNew`
+    and :class:`SchemaTooOld` to word ``advice`` for its operators; callers catch these
+    without knowing the backend."""
+
+    def __init__(self, where: str, found: int, supported: int) -> None:
+        self.where = where
+        self.found = found
+        self.supported = supported
+        super().__init__(self.advice())
+
+    def advice(self) -> str:
+        return (
+            f"{self.where} has schema version {self.found}; this release supports {self.supported}"
+        )
+
+
+class SchemaTooNew(SchemaMismatch):
+    """Written by a newer release; never migrated backwards."""
+
+
+class SchemaTooOld(SchemaMismatch):
+    """An older version; upgrades are explicit (``docket migrate``)."""
+
+
 TransitionError: TypeAlias = (
     NotFound
     | InvalidTransition
@@ -210,6 +237,9 @@ __all__ = [
     "Poisoned",
     "Rescheduled",
     "Retryable",
+    "SchemaMismatch",
+    "SchemaTooNew",
+    "SchemaTooOld",
     "StaleAbandon",
     "StaleCheckpoint",
     "TooLarge",

@@ -28,6 +28,7 @@ import psycopg
 import psycopg_pool
 
 from docket.contract import Permanent, Retryable
+from docket.contract import errors as contract
 from docket.contract.errors import PermanentStoreError, RetryableStoreError, StoreError
 
 #: SQLSTATE values that mean "rolled back, nothing changed, try again".
@@ -63,31 +64,25 @@ _AUTH_MARKS = (
 _REFUSED_MARKS = ("does not exist", "permission denied", "not permitted", "ssl")
 
 
-class SchemaTooNew(PermanentStoreError):
+class SchemaTooNew(contract.SchemaTooNew):
     """The schema was written by a newer docket-postgres; it was not touched."""
 
-    def __init__(self, where: str, found: int, supported: int) -> None:
-        self.where = where
-        self.found = found
-        self.supported = supported
-        super().__init__(
-            f"{where} has docket schema version {found}, but this docket-postgres only knows "
-            f"versions up to {supported}. Nothing was changed. Upgrade docket-postgres on "
-            f"every worker; a schema is never migrated backwards."
+    def advice(self) -> str:
+        return (
+            f"{self.where} has docket schema version {self.found}, but this docket-postgres "
+            f"only knows versions up to {self.supported}. Nothing was changed. Upgrade "
+            f"docket-postgres on every worker; a schema is never migrated backwards."
         )
 
 
-class SchemaTooOld(PermanentStoreError):
+class SchemaTooOld(contract.SchemaTooOld):
     """The schema has an older version; upgrades are explicit (``docket migrate``)."""
 
-    def __init__(self, where: str, found: int, supported: int) -> None:
-        self.where = where
-        self.found = found
-        self.supported = supported
-        super().__init__(
-            f"{where} has docket schema version {found}; this docket-postgres needs version "
-            f"{supported}. Stop the workers that use it, back the database up, run "
-            f"`docket migrate <url>` (or PostgresBackend.migrate()), then start them again."
+    def advice(self) -> str:
+        return (
+            f"{self.where} has docket schema version {self.found}; this docket-postgres needs "
+            f"version {self.supported}. Stop the workers that use it, back the database up, "
+            f"run `docket migrate <url>` (or PostgresBackend.migrate()), then start them again."
         )
 
 

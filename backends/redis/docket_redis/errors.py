@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from redis import exceptions as rx
 
+from docket.contract import errors as contract
 from docket.contract.errors import PermanentStoreError, RetryableStoreError, StoreError
 
 AMBIGUOUS = "ambiguous: "
@@ -43,29 +44,26 @@ _REFUSED = (
 )
 
 
-class SchemaTooNew(PermanentStoreError):
+class SchemaTooNew(contract.SchemaTooNew):
     """The namespace was written by a newer docket-redis; nothing was changed."""
 
-    def __init__(self, where: str, found: int, supported: int) -> None:
-        self.found = found
-        self.supported = supported
-        super().__init__(
-            f"{where} holds docket-redis key layout version {found}, but this docket-redis "
-            f"only knows versions up to {supported}. Nothing was changed. Upgrade "
-            f"docket-redis (then run `docket migrate` if the newer release asks for it)."
+    def advice(self) -> str:
+        return (
+            f"{self.where} holds docket-redis key layout version {self.found}, but this "
+            f"docket-redis only knows versions up to {self.supported}. Nothing was changed. "
+            f"Upgrade docket-redis (then run `docket migrate` if the newer release asks for it)."
         )
 
 
-class SchemaTooOld(PermanentStoreError):
+class SchemaTooOld(contract.SchemaTooOld):
     """The namespace has an older key layout; upgrades are explicit (``docket migrate``)."""
 
-    def __init__(self, where: str, found: int, supported: int) -> None:
-        self.found = found
-        self.supported = supported
-        super().__init__(
-            f"{where} holds docket-redis key layout version {found}; this docket-redis "
-            f"needs version {supported}. Stop the workers that use it, run `docket migrate "
-            f"<url>` (or RedisBackend.migrate()), then start them again. Nothing was changed."
+    def advice(self) -> str:
+        return (
+            f"{self.where} holds docket-redis key layout version {self.found}; this "
+            f"docket-redis needs version {self.supported}. Stop the workers that use it, run "
+            f"`docket migrate <url>` (or RedisBackend.migrate()), then start them again. "
+            f"Nothing was changed."
         )
 
 

@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from docket.contract import Permanent, Retryable
+from docket.contract import errors as contract
 from docket.contract.errors import PermanentStoreError, RetryableStoreError, StoreError
 
 # Primary result codes (the low byte of an extended code) that mean "nothing changed,
@@ -30,32 +31,34 @@ _RETRYABLE = frozenset(
 )
 
 
-class SchemaTooNew(PermanentStoreError):
+class SchemaTooNew(contract.SchemaTooNew):
     """The file was written by a newer docket-sqlite; it was not touched."""
 
-    def __init__(self, path: str, found: int, supported: int) -> None:
-        self.path = path
-        self.found = found
-        self.supported = supported
-        super().__init__(
-            f"{path} has docket schema version {found}, but this docket-sqlite only knows "
-            f"versions up to {supported}. The file was left unchanged. Upgrade docket-sqlite "
-            f"(and then run `docket migrate` if the newer release asks for it); a file is "
-            f"never migrated backwards."
+    @property
+    def path(self) -> str:
+        return self.where
+
+    def advice(self) -> str:
+        return (
+            f"{self.where} has docket schema version {self.found}, but this docket-sqlite "
+            f"only knows versions up to {self.supported}. The file was left unchanged. "
+            f"Upgrade docket-sqlite (and then run `docket migrate` if the newer release asks "
+            f"for it); a file is never migrated backwards."
         )
 
 
-class SchemaTooOld(PermanentStoreError):
+class SchemaTooOld(contract.SchemaTooOld):
     """The file has an older schema version; upgrades are explicit (``docket migrate``)."""
 
-    def __init__(self, path: str, found: int, supported: int) -> None:
-        self.path = path
-        self.found = found
-        self.supported = supported
-        super().__init__(
-            f"{path} has docket schema version {found}; this docket-sqlite needs version "
-            f"{supported}. Stop every worker using the file, back it up, run "
-            f"`docket migrate sqlite:///{Path(path).as_posix()}` (or "
+    @property
+    def path(self) -> str:
+        return self.where
+
+    def advice(self) -> str:
+        return (
+            f"{self.where} has docket schema version {self.found}; this docket-sqlite needs "
+            f"version {self.supported}. Stop every worker using the file, back it up, run "
+            f"`docket migrate sqlite:///{Path(self.where).as_posix()}` (or "
             f"docket_sqlite.migrate(path)), then restart them."
         )
 
