@@ -104,6 +104,14 @@ class PermanentStoreError(StoreError):
         super().__init__(Permanent(reason))
 
 
+def raised(outcome: Retryable | Permanent) -> StoreError:
+    """The exception that carries ``outcome``, for a store operation with no slot to
+    return it in: :class:`RetryableStoreError` or :class:`PermanentStoreError`."""
+    if isinstance(outcome, Retryable):
+        return RetryableStoreError(outcome.reason)
+    return PermanentStoreError(outcome.reason)
+
+
 class SchemaMismatch(PermanentStoreError):
     """Opening a store whose schema version this backend release cannot use; nothing
     was changed. ``where`` names the store (a file, a schema, a key prefix), ``found``
@@ -245,4 +253,5 @@ __all__ = [
     "TooLarge",
     "TransitionError",
     "TransitionResult",
+    "raised",
 ]

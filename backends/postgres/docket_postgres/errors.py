@@ -131,9 +131,7 @@ def classify(exc: BaseException, *, sent: bool, write: bool) -> Retryable | Perm
 def store_error(exc: BaseException, *, sent: bool, write: bool) -> StoreError:
     """The exception to raise for a driver error (classified as :func:`classify` does)."""
     outcome = classify(exc, sent=sent, write=write)
-    if isinstance(outcome, Retryable):
-        return RetryableStoreError(outcome.reason)
-    return PermanentStoreError(outcome.reason)
+    return contract.raised(outcome)
 
 
 __all__ = [

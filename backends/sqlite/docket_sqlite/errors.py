@@ -79,9 +79,7 @@ def classify(exc: sqlite3.Error) -> Retryable | Permanent:
 def store_error(exc: sqlite3.Error) -> StoreError:
     """The exception to raise for a driver error (classified as :func:`classify` does)."""
     outcome = classify(exc)
-    if isinstance(outcome, Retryable):
-        return RetryableStoreError(outcome.reason)
-    return PermanentStoreError(outcome.reason)
+    return contract.raised(outcome)
 
 
 __all__ = [
