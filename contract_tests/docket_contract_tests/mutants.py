@@ -44,6 +44,7 @@ from docket.contract import (
     Permanent,
     PoisonedClaim,
     Retryable,
+    RunListQuery,
     StaleCheckpoint,
     TransitionResult,
     UnclaimedProposal,
@@ -73,6 +74,8 @@ from docket.records import (
     EventPage,
     OwnerScope,
     Run,
+    RunPage,
+    RunSummary,
     Scope,
     owner_scope,
     require_owner,
@@ -101,6 +104,7 @@ class _Reference(MemoryBackend):
     overwrite_events: ClassVar[bool] = False  # different content at a stored seq replaces it
     signal_keeps_claim: ClassVar[bool] = False  # commit_unclaimed leaves the claim in place
     signal_keeps_poison: ClassVar[bool] = False  # commit_unclaimed leaves the poison in place
+    content_is_authority: ClassVar[bool] = False  # a fenced-out copy of the stored run wins
     # claim-path switches
     yield_between_select_and_lease: ClassVar[bool] = False  # no atomic select-and-lease
 
@@ -137,6 +141,8 @@ class _Reference(MemoryBackend):
                 if conflict is not None:
                     return conflict
             if not self._fences_hold(row, expected, token):
+                if self.content_is_authority and self._same_as_stored(row, valid):
+                    return run_from_json(row.run_json)
                 return StaleCheckpoint()
             if self.identity_after_fence:
                 broken = check_identity(row.run, valid.run)
@@ -159,6 +165,14 @@ class _Reference(MemoryBackend):
             if token is None and self.signal_keeps_poison and kept[2] is not None:
                 row.poisoned_at, row.poison_reason = kept[2], kept[3]
             return run_from_json(valid.run_json)
+
+    @staticmethod
+    def _same_as_stored(row: _Row, valid: ValidTransition) -> bool:
+        """Whether the proposal repeats the stored run document and events byte for byte."""
+        return valid.run_json == row.run_json and all(
+            row.events.get(e.seq, (b"", b""))[1] == valid.event_contents[i]
+            for i, e in enumerate(valid.events)
+        )
 
     def _conflict(self, row: _Row, valid: ValidTransition, old: list[int]) -> EventConflict | None:
         for index in old:
@@ -254,6 +268,18 @@ class TenantlessSeesTenants(_Reference):
 
     def _visible(self, scope: Scope, row_tenant: str | None) -> bool:
         return True if scope == owner_scope(None) else super()._visible(scope, row_tenant)
+
+
+class SummaryByRunId(_Reference):
+    bug = "list_runs reads summary columns by run id alone (the last-written owner's run)"
+    catches = ("OWNER-SCOPED-SUMMARIES",)
+
+    async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage:
+        page = await super().list_runs(scope, query)
+        with self._lock:
+            by_id = {run_id: row.run for (_, run_id), row in self._runs.items()}
+        runs = tuple(RunSummary.of(by_id[s.id], s.tenant_id) for s in page.runs)
+        return attrs.evolve(page, runs=runs)
 
 
 class LostWake(_Reference):
@@ -383,6 +409,12 @@ class SignalKeepsPoison(_Reference):
     bug = "commit_unclaimed does not clear the poison"
     catches = ("SIGNAL-CLEARS-POISON",)
     signal_keeps_poison = True
+
+
+class ContentIsAuthority(_Reference):
+    bug = "a fenced-out commit identical to the stored run is answered as if it were a replay"
+    catches = ("CONTENT-NOT-AUTHORITY",)
+    content_is_authority = True
 
 
 class ValidationAfterLookup(_Reference):
@@ -643,6 +675,8 @@ ignores_declared_limits = _factory(IgnoresDeclaredLimits)
 wrong_schedule_wake = _factory(WrongScheduleWake)
 claimed_start_unclaimed = _factory(ClaimedStartUnclaimed)
 reopen_never_due = _factory(ReopenNeverDue)
+content_is_authority = _factory(ContentIsAuthority)
+summary_by_run_id = _factory(SummaryByRunId)
 
 #: Every mutant by factory name (the ``control`` is not a mutant: it must pass).
 MUTANTS: dict[str, type[_Reference]] = {
@@ -675,6 +709,8 @@ MUTANTS: dict[str, type[_Reference]] = {
     "wrong_schedule_wake": WrongScheduleWake,
     "claimed_start_unclaimed": ClaimedStartUnclaimed,
     "reopen_never_due": ReopenNeverDue,
+    "content_is_authority": ContentIsAuthority,
+    "summary_by_run_id": SummaryByRunId,
 }
 
 __all__ = ["MUTANTS", "control", *MUTANTS]
