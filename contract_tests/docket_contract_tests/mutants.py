@@ -536,6 +536,75 @@ class AbandonIgnoresCheckpoint(_Reference):
         return await super().abandon_claim(owner, run_id, token, policy)
 
 
+class MillisecondClaims(_Reference):
+    bug = "claimed_at is stored at millisecond precision (the lease reports the exact now)"
+    catches = ("CLAIM-TTL-SUBMILLISECOND",)
+
+    def _lease(self, row: _Row, now: datetime, policy: ClaimPolicy) -> Lease:
+        lease = super()._lease(row, now, policy)
+        row.claimed_at = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        return lease
+
+
+class RefreshRevivesRelease(_Reference):
+    bug = "refresh_claim with the token of a claim its holder released takes the run again"
+    catches = ("REFRESH-AFTER-RELEASE",)
+
+    def __init__(self, clock: Clock | None = None, limits: Limits | None = None) -> None:
+        super().__init__(clock=clock, limits=limits)
+        self._released: dict[tuple[str | None, str], str] = {}
+
+    async def release_claim(
+        self, owner: OwnerScope, run_id: str, token: str, now: datetime | None = None
+    ) -> None:
+        with self._lock:
+            row = self._row(require_owner(owner), run_id)
+            if row is not None and row.claim_token == token:
+                self._released[(row.tenant, run_id)] = token
+        await super().release_claim(owner, run_id, token, now)
+
+    async def refresh_claim(
+        self, owner: OwnerScope, run_id: str, token: str, now: datetime | None = None
+    ) -> ClaimRefreshed | ClaimLost:
+        moment = self._now(now)
+        with self._lock:
+            row = self._row(require_owner(owner), run_id)
+            if row is not None and row.claim_token is None and self._released.get(
+                (row.tenant, run_id)
+            ) == token:
+                row.claim_token, row.claimed_at, row.wake_at = token, moment, None
+                return ClaimRefreshed(moment)
+        return await super().refresh_claim(owner, run_id, token, now)
+
+
+class AbandonFencedOnLease(_Reference):
+    bug = "abandon_claim is fenced on the checkpoint the lease was taken at, not the current one"
+    catches = ("ABANDON-AFTER-RETAINED-COMMIT",)
+
+    def __init__(self, clock: Clock | None = None, limits: Limits | None = None) -> None:
+        super().__init__(clock=clock, limits=limits)
+        self._leased_at: dict[tuple[str | None, str], int] = {}
+
+    def _lease(self, row: _Row, now: datetime, policy: ClaimPolicy) -> Lease:
+        self._leased_at[(row.tenant, row.run.id)] = row.run.checkpoint_seq
+        return super()._lease(row, now, policy)
+
+    async def abandon_claim(
+        self, owner: OwnerScope, run_id: str, token: str, policy: AbandonPolicy
+    ) -> AbandonOutcome:
+        with self._lock:
+            row = self._row(require_owner(owner), run_id)
+            key = (row.tenant, run_id) if row is not None else None
+            leased = self._leased_at.get(key) if key is not None else None
+            current = row.run.checkpoint_seq if row is not None else None
+        if leased is not None and current is not None and isinstance(policy, AbandonPolicy):
+            matches = policy.expected_checkpoint_seq == leased
+            policy = attrs.evolve(
+                policy, expected_checkpoint_seq=current if matches else current + 1
+            )
+        return await super().abandon_claim(owner, run_id, token, policy)
+
+
 # -- read-path mutants ----------------------------------------------------------------------------
 
 
@@ -677,6 +746,9 @@ claimed_start_unclaimed = _factory(ClaimedStartUnclaimed)
 reopen_never_due = _factory(ReopenNeverDue)
 content_is_authority = _factory(ContentIsAuthority)
 summary_by_run_id = _factory(SummaryByRunId)
+millisecond_claims = _factory(MillisecondClaims)
+refresh_revives_release = _factory(RefreshRevivesRelease)
+abandon_fenced_on_lease = _factory(AbandonFencedOnLease)
 
 #: Every mutant by factory name (the ``control`` is not a mutant: it must pass).
 MUTANTS: dict[str, type[_Reference]] = {
@@ -711,6 +783,9 @@ MUTANTS: dict[str, type[_Reference]] = {
     "reopen_never_due": ReopenNeverDue,
     "content_is_authority": ContentIsAuthority,
     "summary_by_run_id": SummaryByRunId,
+    "millisecond_claims": MillisecondClaims,
+    "refresh_revives_release": RefreshRevivesRelease,
+    "abandon_fenced_on_lease": AbandonFencedOnLease,
 }
 
 __all__ = ["MUTANTS", "control", *MUTANTS]
