@@ -46,6 +46,7 @@ from docket.contract import (
     Retryable,
     RunListQuery,
     StaleCheckpoint,
+    TooLarge,
     TransitionResult,
     UnclaimedProposal,
 )
@@ -67,6 +68,8 @@ from docket.contract.validate import (
     check_replay,
     compare_event,
     split_events,
+    validate_commit_claimed,
+    validate_commit_unclaimed,
 )
 from docket.records import (
     CheckpointType,
@@ -417,6 +420,51 @@ class ContentIsAuthority(_Reference):
     content_is_authority = True
 
 
+class TooLargeLeavesEvents(_Reference):
+    bug = "an oversized commit is refused only after the events its fences admit are written"
+    catches = ("LIMITS-TOO-LARGE-NO-TRACE",)
+
+    async def commit_claimed(
+        self, owner: OwnerScope, proposal: ClaimedProposal, events: Sequence[Event]
+    ) -> TransitionResult:
+        answer = await super().commit_claimed(owner, proposal, events)
+        if isinstance(answer, TooLarge):
+            loose = attrs.evolve(self._limits, max_run_bytes=1 << 40)
+            self._leak_events(owner, validate_commit_claimed(owner, proposal, events, loose))
+        return answer
+
+    async def commit_unclaimed(
+        self,
+        owner: OwnerScope,
+        expected_checkpoint_seq: int,
+        proposal: UnclaimedProposal,
+        events: Sequence[Event],
+    ) -> TransitionResult:
+        answer = await super().commit_unclaimed(owner, expected_checkpoint_seq, proposal, events)
+        if isinstance(answer, TooLarge):
+            loose = attrs.evolve(self._limits, max_run_bytes=1 << 40)
+            valid = validate_commit_unclaimed(
+                owner, expected_checkpoint_seq, proposal, events, loose
+            )
+            self._leak_events(owner, valid)
+        return answer
+
+    def _leak_events(self, owner: OwnerScope, valid: object) -> None:
+        if not isinstance(valid, ValidTransition):
+            return
+        assert valid.expected_checkpoint_seq is not None
+        with self._lock:
+            row = self._row(owner, valid.run.id)
+            if row is None or not self._fences_hold(
+                row, valid.expected_checkpoint_seq, valid.claim_token
+            ):
+                return
+            split = split_events(row.run.event_seq, valid)
+            for index in split[0] if isinstance(split, tuple) else ():
+                seq = valid.events[index].seq
+                row.events[seq] = (valid.event_json[index], valid.event_contents[index])
+
+
 class ValidationAfterLookup(_Reference):
     bug = "commits look the run up before validating (a malformed ghost proposal is NotFound)"
     catches = ("TRANSITION-CLAIMED-TENANCY-IDENTITY", "BAD-INPUT-CHANGES-NOTHING")
@@ -749,6 +797,7 @@ summary_by_run_id = _factory(SummaryByRunId)
 millisecond_claims = _factory(MillisecondClaims)
 refresh_revives_release = _factory(RefreshRevivesRelease)
 abandon_fenced_on_lease = _factory(AbandonFencedOnLease)
+too_large_leaves_events = _factory(TooLargeLeavesEvents)
 
 #: Every mutant by factory name (the ``control`` is not a mutant: it must pass).
 MUTANTS: dict[str, type[_Reference]] = {
@@ -786,6 +835,7 @@ MUTANTS: dict[str, type[_Reference]] = {
     "millisecond_claims": MillisecondClaims,
     "refresh_revives_release": RefreshRevivesRelease,
     "abandon_fenced_on_lease": AbandonFencedOnLease,
+    "too_large_leaves_events": TooLargeLeavesEvents,
 }
 
 __all__ = ["MUTANTS", "control", *MUTANTS]
