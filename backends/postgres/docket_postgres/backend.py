@@ -92,6 +92,7 @@ from docket.contract.queries import (
     check_run_query,
     check_seq,
 )
+from docket.contract.retention import PruneResult, check_prune_args
 from docket.contract.stored import decode_event, decode_graph
 from docket.contract.validate import (
     Replay,
@@ -388,20 +389,6 @@ _ABANDON = (
 _RETRY = "SELECT * FROM @schema@.retry_poisoned(%s, %s, %s::timestamptz)"
 _PRUNE = "SELECT * FROM @schema@.prune(%s::interval, %s::interval, %s::integer, %s::timestamptz)"
 _SETTINGS = "SELECT current_setting('fsync'), current_setting('synchronous_commit')"
-
-
-@attrs.frozen
-class PruneResult:
-    """What one :meth:`PostgresBackend.prune` pass did.
-
-    ``ran`` is ``False`` when another pruner held the schema's pruning lock (nothing was
-    done); ``events`` and ``runs`` count the rows deleted (a run's own events and
-    transition records go with it and are not counted).
-    """
-
-    ran: bool
-    events: int
-    runs: int
 
 
 class PostgresBackend:
@@ -1115,11 +1102,7 @@ class PostgresBackend:
         deleting full batches. One pruner runs per schema at a time: a concurrent call
         returns ``PruneResult(ran=False, ...)`` without waiting.
         """
-        for name, age in (("event_age", event_age), ("run_age", run_age)):
-            if age is not None and (not isinstance(age, timedelta) or age < timedelta(0)):
-                raise ValueError(f"{name} must be a non-negative timedelta or None, got {age!r}")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        check_prune_args(event_age, run_age, batch_size)
         rows = await self._fetch(
             self._q(_PRUNE),
             (event_age, run_age, min(batch_size, _INT4_MAX), self._given(now)),
