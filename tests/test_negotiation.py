@@ -156,14 +156,14 @@ def test_a_broken_backend_package_does_not_hide_the_others(
 
 
 class MisnamedClaimedStart(MemoryBackend):
-    async def initialize_claimed(  # type: ignore[override]  # the defect under test
+    async def initialize_claimed(  # the defect under test
         self, owner: Any, proposal: Any, events: Any, token: str
     ) -> Any:
         return None
 
 
 class SyncPrune(MemoryBackend):
-    def prune(self, **options: Any) -> Any:  # type: ignore[override]  # the defect under test
+    def prune(self, **options: Any) -> Any:  # the defect under test
         return None
 
 

@@ -43,6 +43,7 @@ from docket.contract import (
     NotFound,
     Permanent,
     PoisonedClaim,
+    PruneResult,
     Retryable,
     RunListQuery,
     StaleCheckpoint,
@@ -108,6 +109,7 @@ class _Reference(MemoryBackend):
     signal_keeps_claim: ClassVar[bool] = False  # commit_unclaimed leaves the claim in place
     signal_keeps_poison: ClassVar[bool] = False  # commit_unclaimed leaves the poison in place
     content_is_authority: ClassVar[bool] = False  # a fenced-out copy of the stored run wins
+    reinsert_pruned: ClassVar[bool] = False  # a re-sent pruned event is written back
     # claim-path switches
     yield_between_select_and_lease: ClassVar[bool] = False  # no atomic select-and-lease
 
@@ -163,6 +165,9 @@ class _Reference(MemoryBackend):
                     row.events[seq] = (valid.event_json[index], valid.event_contents[index])
             kept = (row.claim_token, row.claimed_at, row.poisoned_at, row.poison_reason)
             self._apply(row, transition_id, valid.checkpoint_type, schedule, valid, new)
+            for index in old if self.reinsert_pruned else ():
+                seq = valid.events[index].seq
+                row.events.setdefault(seq, (valid.event_json[index], valid.event_contents[index]))
             if token is None and self.signal_keeps_claim and kept[0] is not None:
                 row.claim_token, row.claimed_at = kept[0], kept[1]
             if token is None and self.signal_keeps_poison and kept[2] is not None:
@@ -465,6 +470,30 @@ class TooLargeLeavesEvents(_Reference):
                 row.events[seq] = (valid.event_json[index], valid.event_contents[index])
 
 
+class PrunedResendReinserted(_Reference):
+    bug = "a re-sent event that retention pruned is written back into the hole"
+    catches = ("RETENTION-SEQ-ARITHMETIC",)
+    reinsert_pruned = True
+
+
+class PruneAtBoundary(_Reference):
+    bug = "prune deletes rows exactly at the age boundary (<= instead of <)"
+    catches = ("FEATURE-PRUNE",)
+
+    async def prune(
+        self,
+        *,
+        event_age: timedelta | None = None,
+        run_age: timedelta | None = None,
+        batch_size: int = 1000,
+        now: datetime | None = None,
+    ) -> PruneResult:
+        later = self._now(now) + timedelta(microseconds=1)
+        return await super().prune(
+            event_age=event_age, run_age=run_age, batch_size=batch_size, now=later
+        )
+
+
 class ValidationAfterLookup(_Reference):
     bug = "commits look the run up before validating (a malformed ghost proposal is NotFound)"
     catches = ("TRANSITION-CLAIMED-TENANCY-IDENTITY", "BAD-INPUT-CHANGES-NOTHING")
@@ -617,9 +646,11 @@ class RefreshRevivesRelease(_Reference):
         moment = self._now(now)
         with self._lock:
             row = self._row(require_owner(owner), run_id)
-            if row is not None and row.claim_token is None and self._released.get(
-                (row.tenant, run_id)
-            ) == token:
+            if (
+                row is not None
+                and row.claim_token is None
+                and self._released.get((row.tenant, run_id)) == token
+            ):
                 row.claim_token, row.claimed_at, row.wake_at = token, moment, None
                 return ClaimRefreshed(moment)
         return await super().refresh_claim(owner, run_id, token, now)
@@ -798,6 +829,8 @@ millisecond_claims = _factory(MillisecondClaims)
 refresh_revives_release = _factory(RefreshRevivesRelease)
 abandon_fenced_on_lease = _factory(AbandonFencedOnLease)
 too_large_leaves_events = _factory(TooLargeLeavesEvents)
+pruned_resend_reinserted = _factory(PrunedResendReinserted)
+prune_at_boundary = _factory(PruneAtBoundary)
 
 #: Every mutant by factory name (the ``control`` is not a mutant: it must pass).
 MUTANTS: dict[str, type[_Reference]] = {
@@ -836,6 +869,8 @@ MUTANTS: dict[str, type[_Reference]] = {
     "refresh_revives_release": RefreshRevivesRelease,
     "abandon_fenced_on_lease": AbandonFencedOnLease,
     "too_large_leaves_events": TooLargeLeavesEvents,
+    "pruned_resend_reinserted": PrunedResendReinserted,
+    "prune_at_boundary": PruneAtBoundary,
 }
 
 __all__ = ["MUTANTS", "control", *MUTANTS]

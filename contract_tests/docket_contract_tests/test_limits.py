@@ -288,8 +288,8 @@ async def test_too_large_leaves_no_trace_when_every_fence_passes(
         plain = unclaimed(candidate, transition_id=transition)
         return await b.transitions.commit_unclaimed(owner, run.checkpoint_seq, plain, events)
 
-    got = await commit(_padded_run(nxt, over), sent)
-    k.isa(got, TooLarge, f"an oversized {path} commit by a writer every fence admits")
+    refused = await commit(_padded_run(nxt, over), sent)
+    k.isa(refused, TooLarge, f"an oversized {path} commit by a writer every fence admits")
     await k.unchanged(owner, run.id, before, f"after an oversized {path} commit", b)
     for seq in (1, 2):
         k.isa(
@@ -297,6 +297,6 @@ async def test_too_large_leaves_no_trace_when_every_fence_passes(
             NotFound,
             f"event {seq} of the refused commit",
         )
-    got = await commit(nxt, other)
-    k.eq(got, nxt, "the same transition id, different events at the same seqs: accepted")
+    accepted = await commit(nxt, other)
+    k.eq(accepted, nxt, "the same transition id, different events at the same seqs: accepted")
     k.eq(list(await k.events(owner, run.id, b)), other, "only the accepted events")

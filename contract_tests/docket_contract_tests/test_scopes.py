@@ -29,6 +29,7 @@ from docket.records import (
     EventPage,
     GraphRef,
     GraphVersion,
+    OwnerScope,
     Run,
     RunInfo,
     RunStatus,
@@ -338,12 +339,12 @@ async def test_each_owner_lists_exactly_its_own_summary(docket_kit: Kit) -> None
     run_b = await seed(k, b, run_id, ref=ref_b, started_at=k.at(5))
     waiting = successor(run_b, k.at(7), status=RunStatus.WAITING)
     await commit_unclaimed_ok(k, b, unclaimed(waiting, wake=External()))
-    mine = {
+    mine: dict[OwnerScope, RunSummary] = {
         a: RunSummary.of(run_a, a.id),
         b: RunSummary.of(waiting, b.id),
         TENANTLESS: RunSummary.of(run_t, None),
     }
-    refs = {a: ref_a, b: ref_b, TENANTLESS: ref_t}
+    refs: dict[OwnerScope, GraphRef] = {a: ref_a, b: ref_b, TENANTLESS: ref_t}
     for owner, summary in mine.items():
         page = await k.b.runs.list_runs(owner, RunListQuery(limit=10))
         k.eq(page.runs, (summary,), f"list_runs({owner}) shows exactly its own summary")
