@@ -19,8 +19,11 @@ flipped; ``control`` is that copy with every switch off, and must pass the kit.
 from __future__ import annotations
 
 import asyncio
+import pickle
+import tempfile
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import ClassVar
 
 import attrs
@@ -51,7 +54,7 @@ from docket.contract import (
     TransitionResult,
     UnclaimedProposal,
 )
-from docket.contract.capabilities import Capabilities
+from docket.contract.capabilities import Capabilities, Feature
 from docket.contract.errors import POISON_MAX_ATTEMPTS
 from docket.contract.memory import MemoryBackend, _Row
 from docket.contract.proposals import (
@@ -779,6 +782,63 @@ class ReopenNeverDue(_Reference):
             row.wake_at = None  # the bug: like a store that dropped the finished run's row
 
 
+# -- feature mutants: declared promises that are not kept --------------------------------------
+
+
+class ClaimsDurable(_Reference):
+    bug = "declares durable, but a store opened again on the same namespace is empty"
+    catches = ("FEATURE-DURABLE-REOPEN",)
+
+    def __init__(
+        self, clock: Clock | None = None, limits: Limits | None = None, namespace: str = ""
+    ) -> None:
+        super().__init__(clock=clock, limits=limits)
+        self.namespace = namespace
+
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        return attrs.evolve(caps, features=caps.features | {Feature.DURABLE})
+
+
+class PersistsOnClose(ClaimsDurable):
+    bug = "declares durable.fsync, but writes its store to disk only when closed"
+    catches = ("FEATURE-DURABLE-FSYNC",)
+
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        return attrs.evolve(caps, features=caps.features | {Feature.DURABLE_FSYNC})
+
+    @property
+    def _file(self) -> Path:
+        return Path(tempfile.gettempdir()) / "docket-kit-mutants" / f"{self.namespace}.pickle"
+
+    async def open(self) -> None:
+        if self._file.exists():  # the last close's copy: the only one there is
+            with self._lock:
+                self._runs, self._graphs = pickle.loads(self._file.read_bytes())
+            self._file.unlink()
+
+    async def close(self) -> None:
+        with self._lock:
+            data = pickle.dumps((self._runs, self._graphs))
+        self._file.parent.mkdir(exist_ok=True)
+        self._file.write_bytes(data)
+
+
+def claims_durable(
+    clock: Clock | None = None, limits: Limits | None = None, namespace: str = ""
+) -> MemoryBackend:
+    """Declares durable without keeping anything (FEATURE-DURABLE-REOPEN catches it)."""
+    return ClaimsDurable(clock=clock, limits=limits, namespace=namespace)
+
+
+def persists_on_close(
+    clock: Clock | None = None, limits: Limits | None = None, namespace: str = ""
+) -> MemoryBackend:
+    """Declares durable.fsync, saves only on close (FEATURE-DURABLE-FSYNC catches it)."""
+    return PersistsOnClose(clock=clock, limits=limits, namespace=namespace)
+
+
 # -- the registry -------------------------------------------------------------------------------
 
 Factory = Callable[..., MemoryBackend]
@@ -871,6 +931,8 @@ MUTANTS: dict[str, type[_Reference]] = {
     "too_large_leaves_events": TooLargeLeavesEvents,
     "pruned_resend_reinserted": PrunedResendReinserted,
     "prune_at_boundary": PruneAtBoundary,
+    "claims_durable": ClaimsDurable,
+    "persists_on_close": PersistsOnClose,
 }
 
 __all__ = ["MUTANTS", "control", *MUTANTS]
