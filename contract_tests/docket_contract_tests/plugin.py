@@ -17,6 +17,12 @@ Cases are ``async def``: the plugin runs each in a fresh event loop, opening the
 before and closing it after. Each case carries ``@pytest.mark.docket_invariant(ID)``;
 the id is part of the node id (``test_x[ID]``), of every assertion message and of the
 JUnit properties. ``--docket-invariant ID`` (repeatable, comma-separated) selects cases.
+
+Cases of an optional feature (``notify``, ``durable``, ``durable.fsync``, ``prune``,
+``reopen_failed``) check it when the backend declares it and nothing otherwise; the
+terminal summary says, per feature, whether it was declared and how its cases went. The
+durability cases open the same store again: the same URL and ``{namespace}``, or the
+factory called again with the same ``namespace=`` (docs/kit-promises.md).
 """
 
 from __future__ import annotations
