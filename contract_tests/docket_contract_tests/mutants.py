@@ -19,7 +19,10 @@ flipped; ``control`` is that copy with every switch off, and must pass the kit.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import os
 import pickle
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -810,7 +813,7 @@ class PersistsOnClose(ClaimsDurable):
 
     @property
     def _file(self) -> Path:
-        return Path(tempfile.gettempdir()) / "docket-kit-mutants" / f"{self.namespace}.pickle"
+        return _mutant_dir() / f"{self.namespace}.pickle"
 
     async def open(self) -> None:
         if self._file.exists():  # the last close's copy: the only one there is
@@ -821,8 +824,26 @@ class PersistsOnClose(ClaimsDurable):
     async def close(self) -> None:
         with self._lock:
             data = pickle.dumps((self._runs, self._graphs))
-        self._file.parent.mkdir(exist_ok=True)
         self._file.write_bytes(data)
+
+
+_DIR_ENV = "DOCKET_KIT_MUTANT_DIR"
+
+
+def _mutant_dir() -> Path:
+    """One directory per kit run, shared with its child processes (they inherit the
+    variable) and removed when the process that made it exits."""
+    if _DIR_ENV not in os.environ:
+        made = tempfile.mkdtemp(prefix="docket-kit-mutants-")
+        os.environ[_DIR_ENV] = made
+        owner = os.getpid()
+
+        def remove() -> None:
+            if os.getpid() == owner:  # not a forked worker of the process that made it
+                shutil.rmtree(made, ignore_errors=True)
+
+        atexit.register(remove)
+    return Path(os.environ[_DIR_ENV])
 
 
 def claims_durable(

@@ -103,7 +103,7 @@ def _caught(name: str, outcome: Outcome) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from docket_contract_tests.mutants import MUTANTS
+    from docket_contract_tests.mutants import MUTANTS, _mutant_dir
 
     parser = argparse.ArgumentParser(prog="python -m docket_contract_tests.negative")
     parser.add_argument("--rounds", type=int, default=MIN_ROUNDS)
@@ -118,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown mutant(s): {', '.join(unknown)}")
 
     started = time.monotonic()
+    _mutant_dir()  # made here, so its workers share it and this process removes it
     jobs = [(name, rounds) for name in names]
     if options.jobs > 1 and len(jobs) > 1:
         context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
