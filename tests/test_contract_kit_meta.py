@@ -123,7 +123,7 @@ def test_the_summary_says_which_features_were_declared_and_how_they_went() -> No
     assert "prune: declared, passed (cases FEATURE-PRUNE)" in done.stdout
     assert "durable: not declared (not checked; cases FEATURE-DURABLE-REOPEN)" in done.stdout
     assert "claim.fair: no kit case ran for it" in done.stdout
-    mutant = "docket_contract_tests.mutants:claims_durable"
+    mutant = "docket_contract_tests.mutants_promises:claims_durable"
     done = _run(*kit, "--docket-backend-factory", mutant, *common)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "durable: declared, FAILED by FEATURE-DURABLE-REOPEN" in done.stdout
