@@ -111,3 +111,19 @@ def test_a_reopen_that_is_never_due_is_caught() -> None:
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "[T-REOPEN-1]" in done.stdout and "OPERATIONAL-TUPLE-AUDIT" in done.stdout
+
+
+def test_the_summary_says_which_features_were_declared_and_how_they_went() -> None:
+    features = "FEATURE-PRUNE,FEATURE-DURABLE-REOPEN,FEATURE-DURABLE-FSYNC"
+    common = ["--docket-invariant", features, "-q", "-p", "no:cacheprovider"]
+    kit = ["-m", "pytest", "--pyargs", "docket_contract_tests"]
+    done = _run(*kit, "--docket-backend", "memory://", *common)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "docket contract kit: optional features" in done.stdout
+    assert "prune: declared, passed (cases FEATURE-PRUNE)" in done.stdout
+    assert "durable: not declared (not checked; cases FEATURE-DURABLE-REOPEN)" in done.stdout
+    assert "claim.fair: no kit case ran for it" in done.stdout
+    mutant = "docket_contract_tests.mutants_promises:claims_durable"
+    done = _run(*kit, "--docket-backend-factory", mutant, *common)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "durable: declared, FAILED by FEATURE-DURABLE-REOPEN" in done.stdout

@@ -153,3 +153,41 @@ def test_a_broken_backend_package_does_not_hide_the_others(
     assert isinstance(registry.from_url("memory://"), MemoryBackend)
     with pytest.raises(UnknownBackend, match="exploding"):
         registry.from_url("exploding://x")
+
+
+class MisnamedClaimedStart(MemoryBackend):
+    async def initialize_claimed(  # the defect under test
+        self, owner: Any, proposal: Any, events: Any, token: str
+    ) -> Any:
+        return None
+
+
+class SyncPrune(MemoryBackend):
+    def prune(self, **options: Any) -> Any:  # the defect under test
+        return None
+
+
+class RenamedSampledNow(MemoryBackend):
+    async def sampled_now(self, hint: Any) -> Any:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("backend", "code", "names"),
+    [
+        (
+            MisnamedClaimedStart,
+            ContractDefect.BAD_SIGNATURE,
+            "backend.transitions.initialize_claimed",
+        ),
+        (SyncPrune, ContractDefect.NOT_ASYNC, "backend.prune"),
+        (RenamedSampledNow, ContractDefect.BAD_SIGNATURE, "backend.sampled_now"),
+    ],
+)
+def test_optional_members_are_checked_when_present(
+    backend: Callable[[], MemoryBackend], code: ContractDefect, names: str
+) -> None:
+    with pytest.raises(BackendContractError) as raised:
+        negotiate(backend())
+    assert raised.value.code is code
+    assert names in str(raised.value)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
+import attrs
 import pytest
 
 from docket.clock import ManualClock
@@ -61,6 +62,10 @@ def catalogue_link(ident: str) -> str:
 #: ``clock=``); returns ``None`` when the subject cannot take those options.
 Maker = Callable[..., Backend | None]
 
+#: Which optional features the subject declared, as the cases that depend on one saw it:
+#: ``{feature: {invariant id: declared}}``, for the kit's terminal summary.
+FEATURES_SEEN: dict[str, dict[str, bool]] = {}
+
 
 @dataclass
 class Subject:
@@ -79,6 +84,12 @@ class Subject:
     rounds: int = 50
     t0: datetime | None = None
     extra: list[Backend] = field(default_factory=list)
+    #: Builds a backend on the *same* store as ``backend`` (same URL and namespace), for
+    #: the durability cases; ``None`` when the subject cannot.
+    reopen: Callable[[], Backend | None] | None = None
+    #: How a child process builds that same store: ``("url", url)`` (namespace filled in)
+    #: or ``("factory", "module:callable")`` called with ``namespace=``.
+    source: tuple[str, str] | None = None
 
 
 class KitFailure(AssertionError):
@@ -88,6 +99,33 @@ class KitFailure(AssertionError):
 def _fmt(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 1200 else text[:1200] + "…"
+
+
+def field_diff(got: object, want: object, path: str = "") -> list[str]:
+    """``name: got != want`` for each field that differs between two records of one type
+    (recursing into nested records); empty when they are not such records."""
+    if isinstance(got, tuple | list) and type(got) is type(want):
+        if len(got) != len(want):
+            return [f"{path or 'items'} length: {len(got)} != {len(want)}"]
+        return [
+            line
+            for index, (mine, theirs) in enumerate(zip(got, want, strict=True))
+            if mine != theirs
+            for line in field_diff(mine, theirs, f"{path}[{index}].")
+            or [f"{path}[{index}]: {_fmt(mine)} != {_fmt(theirs)}"]
+        ]
+    if type(got) is not type(want) or not attrs.has(type(got)):
+        return []
+    out: list[str] = []
+    for field_ in attrs.fields(type(got)):  # type: ignore[arg-type]  # attrs.has checked it
+        mine, theirs = getattr(got, field_.name), getattr(want, field_.name)
+        if mine == theirs:
+            continue
+        name = f"{path}{field_.name}"
+        out.extend(
+            field_diff(mine, theirs, f"{name}.") or [f"{name}: {_fmt(mine)} != {_fmt(theirs)}"]
+        )
+    return out
 
 
 def audit(info: RunInfo, *, owner: OwnerScope | None = None, invariant: str = "") -> None:
@@ -227,6 +265,21 @@ class Kit:
             return backend, limits
         return self.b, self.b.capabilities().limits
 
+    def declares(self, feature: str) -> bool:
+        """Whether the subject declares ``feature`` (recorded for the kit's summary)."""
+        declared = feature in self.b.capabilities().features
+        FEATURES_SEEN.setdefault(str(feature), {})[self.invariant] = declared
+        return declared
+
+    async def reopened(self) -> Backend:
+        """A new, opened backend on the subject's store (closed after the case)."""
+        backend = self.subject.reopen() if self.subject.reopen is not None else None
+        if backend is None:
+            self.fail("the kit cannot build a second backend on the same store (give a URL)")
+        self.subject.extra.append(backend)
+        await backend.open()
+        return backend
+
     # -- assertions ---------------------------------------------------------------------
 
     def fail(self, message: str) -> NoReturn:
@@ -238,6 +291,10 @@ class Kit:
 
     def eq(self, got: object, want: object, what: str) -> None:
         if got != want:
+            fields = field_diff(got, want)
+            if fields:
+                listed = "\n".join(f"  {line}" for line in fields)
+                self.fail(f"{what}: differs in\n{listed}")
             self.fail(f"{what}:\n  got  {_fmt(got)}\n  want {_fmt(want)}")
 
     def isa(self, value: object, kind: type[T], what: str) -> T:
@@ -412,6 +469,7 @@ def invariant(ident: str) -> pytest.MarkDecorator:
 __all__ = [
     "CATALOGUE",
     "CLOCK_START",
+    "FEATURES_SEEN",
     "Kit",
     "KitFailure",
     "Maker",
@@ -420,5 +478,6 @@ __all__ = [
     "audit",
     "audit_problems",
     "catalogue_link",
+    "field_diff",
     "invariant",
 ]

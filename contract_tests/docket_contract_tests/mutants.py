@@ -43,7 +43,9 @@ from docket.contract import (
     NotFound,
     Permanent,
     PoisonedClaim,
+    PruneResult,
     Retryable,
+    RunListQuery,
     StaleCheckpoint,
     TransitionResult,
     UnclaimedProposal,
@@ -73,6 +75,8 @@ from docket.records import (
     EventPage,
     OwnerScope,
     Run,
+    RunPage,
+    RunSummary,
     Scope,
     owner_scope,
     require_owner,
@@ -101,6 +105,8 @@ class _Reference(MemoryBackend):
     overwrite_events: ClassVar[bool] = False  # different content at a stored seq replaces it
     signal_keeps_claim: ClassVar[bool] = False  # commit_unclaimed leaves the claim in place
     signal_keeps_poison: ClassVar[bool] = False  # commit_unclaimed leaves the poison in place
+    content_is_authority: ClassVar[bool] = False  # a fenced-out copy of the stored run wins
+    reinsert_pruned: ClassVar[bool] = False  # a re-sent pruned event is written back
     # claim-path switches
     yield_between_select_and_lease: ClassVar[bool] = False  # no atomic select-and-lease
 
@@ -137,6 +143,8 @@ class _Reference(MemoryBackend):
                 if conflict is not None:
                     return conflict
             if not self._fences_hold(row, expected, token):
+                if self.content_is_authority and self._same_as_stored(row, valid):
+                    return run_from_json(row.run_json)
                 return StaleCheckpoint()
             if self.identity_after_fence:
                 broken = check_identity(row.run, valid.run)
@@ -154,11 +162,22 @@ class _Reference(MemoryBackend):
                     row.events[seq] = (valid.event_json[index], valid.event_contents[index])
             kept = (row.claim_token, row.claimed_at, row.poisoned_at, row.poison_reason)
             self._apply(row, transition_id, valid.checkpoint_type, schedule, valid, new)
+            for index in old if self.reinsert_pruned else ():
+                seq = valid.events[index].seq
+                row.events.setdefault(seq, (valid.event_json[index], valid.event_contents[index]))
             if token is None and self.signal_keeps_claim and kept[0] is not None:
                 row.claim_token, row.claimed_at = kept[0], kept[1]
             if token is None and self.signal_keeps_poison and kept[2] is not None:
                 row.poisoned_at, row.poison_reason = kept[2], kept[3]
             return run_from_json(valid.run_json)
+
+    @staticmethod
+    def _same_as_stored(row: _Row, valid: ValidTransition) -> bool:
+        """Whether the proposal repeats the stored run document and events byte for byte."""
+        return valid.run_json == row.run_json and all(
+            row.events.get(e.seq, (b"", b""))[1] == valid.event_contents[i]
+            for i, e in enumerate(valid.events)
+        )
 
     def _conflict(self, row: _Row, valid: ValidTransition, old: list[int]) -> EventConflict | None:
         for index in old:
@@ -254,6 +273,18 @@ class TenantlessSeesTenants(_Reference):
 
     def _visible(self, scope: Scope, row_tenant: str | None) -> bool:
         return True if scope == owner_scope(None) else super()._visible(scope, row_tenant)
+
+
+class SummaryByRunId(_Reference):
+    bug = "list_runs reads summary columns by run id alone (the last-written owner's run)"
+    catches = ("OWNER-SCOPED-SUMMARIES",)
+
+    async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage:
+        page = await super().list_runs(scope, query)
+        with self._lock:
+            by_id = {run_id: row.run for (_, run_id), row in self._runs.items()}
+        runs = tuple(RunSummary.of(by_id[s.id], s.tenant_id) for s in page.runs)
+        return attrs.evolve(page, runs=runs)
 
 
 class LostWake(_Reference):
@@ -383,6 +414,36 @@ class SignalKeepsPoison(_Reference):
     bug = "commit_unclaimed does not clear the poison"
     catches = ("SIGNAL-CLEARS-POISON",)
     signal_keeps_poison = True
+
+
+class ContentIsAuthority(_Reference):
+    bug = "a fenced-out commit identical to the stored run is answered as if it were a replay"
+    catches = ("CONTENT-NOT-AUTHORITY",)
+    content_is_authority = True
+
+
+class PrunedResendReinserted(_Reference):
+    bug = "a re-sent event that retention pruned is written back into the hole"
+    catches = ("RETENTION-SEQ-ARITHMETIC",)
+    reinsert_pruned = True
+
+
+class PruneAtBoundary(_Reference):
+    bug = "prune deletes rows exactly at the age boundary (<= instead of <)"
+    catches = ("FEATURE-PRUNE",)
+
+    async def prune(
+        self,
+        *,
+        event_age: timedelta | None = None,
+        run_age: timedelta | None = None,
+        batch_size: int = 1000,
+        now: datetime | None = None,
+    ) -> PruneResult:
+        later = self._now(now) + timedelta(microseconds=1)
+        return await super().prune(
+            event_age=event_age, run_age=run_age, batch_size=batch_size, now=later
+        )
 
 
 class ValidationAfterLookup(_Reference):
@@ -643,6 +704,10 @@ ignores_declared_limits = _factory(IgnoresDeclaredLimits)
 wrong_schedule_wake = _factory(WrongScheduleWake)
 claimed_start_unclaimed = _factory(ClaimedStartUnclaimed)
 reopen_never_due = _factory(ReopenNeverDue)
+content_is_authority = _factory(ContentIsAuthority)
+summary_by_run_id = _factory(SummaryByRunId)
+pruned_resend_reinserted = _factory(PrunedResendReinserted)
+prune_at_boundary = _factory(PruneAtBoundary)
 
 #: Every mutant by factory name (the ``control`` is not a mutant: it must pass).
 MUTANTS: dict[str, type[_Reference]] = {
@@ -675,6 +740,10 @@ MUTANTS: dict[str, type[_Reference]] = {
     "wrong_schedule_wake": WrongScheduleWake,
     "claimed_start_unclaimed": ClaimedStartUnclaimed,
     "reopen_never_due": ReopenNeverDue,
+    "content_is_authority": ContentIsAuthority,
+    "summary_by_run_id": SummaryByRunId,
+    "pruned_resend_reinserted": PrunedResendReinserted,
+    "prune_at_boundary": PruneAtBoundary,
 }
 
 __all__ = ["MUTANTS", "control", *MUTANTS]

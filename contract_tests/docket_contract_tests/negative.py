@@ -1,4 +1,5 @@
-"""Negative controls: prove the kit catches every mutant in :mod:`.mutants`.
+"""Negative controls: prove the kit catches every mutant in :mod:`.mutants` and
+:mod:`.mutants_promises`.
 
 ``python -m docket_contract_tests.negative`` runs the whole kit (in-process
 ``pytest.main``) against the ``control`` copy of the reference backend, which must pass,
@@ -24,6 +25,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -91,19 +93,27 @@ def run_kit(factory: str, rounds: int, name: str | None = None) -> Outcome:
 
 def _run_mutant(job: tuple[str, int]) -> Outcome:
     name, rounds = job
-    return run_kit(f"docket_contract_tests.mutants:{name}", rounds, name)
+    return run_kit(f"{_registry()[name].__module__}:{name}", rounds, name)
+
+
+def _registry() -> dict[str, Any]:
+    """Every mutant class by factory name; its factory lives in the class's module."""
+    from docket_contract_tests.mutants import MUTANTS
+    from docket_contract_tests.mutants_promises import PROMISE_MUTANTS
+
+    return {**MUTANTS, **PROMISE_MUTANTS}
 
 
 def _caught(name: str, outcome: Outcome) -> bool:
-    from docket_contract_tests.mutants import MUTANTS
-
-    expected = set(MUTANTS[name].catches)
+    expected = set(_registry()[name].catches)
     # exit code 1 = some cases failed; anything else (usage/collection errors) proves nothing
     return outcome.exit_code == 1 and bool(expected & set(outcome.failed_ids))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from docket_contract_tests.mutants import MUTANTS
+    from docket_contract_tests.mutants_promises import _mutant_dir
+
+    registry = _registry()
 
     parser = argparse.ArgumentParser(prog="python -m docket_contract_tests.negative")
     parser.add_argument("--rounds", type=int, default=MIN_ROUNDS)
@@ -112,12 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true")
     options = parser.parse_args(argv)
     rounds = max(MIN_ROUNDS, options.rounds)
-    names = options.only or list(MUTANTS)
-    unknown = [n for n in names if n not in MUTANTS]
+    names = options.only or list(registry)
+    unknown = [n for n in names if n not in registry]
     if unknown:
         parser.error(f"unknown mutant(s): {', '.join(unknown)}")
 
     started = time.monotonic()
+    _mutant_dir()  # made here, so its workers share it and this process removes it
     jobs = [(name, rounds) for name in names]
     if options.jobs > 1 and len(jobs) > 1:
         context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
@@ -142,14 +153,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ok = _caught(name, outcome)
         caught += ok
         ids = sorted(set(outcome.failed_ids))
-        expected = MUTANTS[name].catches
+        expected = registry[name].catches
         note = "" if ok else f"  (expected one of {', '.join(expected)}; exit {outcome.exit_code})"
         print(
             f"{name:<{width}}  caught={'yes' if ok else 'no':<3}  "
             f"{len(outcome.failed_nodes):>3} failed  by {', '.join(ids) or '-'}{note}"
         )
         if options.verbose or not ok:
-            print(f"    bug: {MUTANTS[name].bug}")
+            print(f"    bug: {registry[name].bug}")
         if options.verbose:
             print(outcome.output)
     print(f"elapsed {time.monotonic() - started:.1f}s, {rounds} rounds per race")

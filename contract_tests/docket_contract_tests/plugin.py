@@ -19,6 +19,12 @@ the id is part of the node id (``test_x[ID]``), of every assertion message and o
 JUnit properties, and a failing case's report ends with a link to the id's row in the
 invariant catalogue (``docs/invariants.md#ID``). ``--docket-invariant ID`` (repeatable,
 comma-separated) selects cases.
+
+Cases of an optional feature (``notify``, ``durable``, ``durable.fsync``, ``prune``,
+``reopen_failed``) check it when the backend declares it and nothing otherwise; the
+terminal summary says, per feature, whether it was declared and how its cases went. The
+durability cases open the same store again: the same URL and ``{namespace}``, or the
+factory called again with the same ``namespace=`` (docs/kit-promises.md).
 """
 
 from __future__ import annotations
@@ -36,14 +42,15 @@ from typing import Any
 import pytest
 
 from docket.clock import ManualClock
-from docket.contract import Backend, RunListQuery
+from docket.contract import Backend, Feature, RunListQuery
 from docket.records import SYSTEM
-from docket_contract_tests.kit import CLOCK_START, Kit, Subject, catalogue_link
+from docket_contract_tests.kit import CLOCK_START, FEATURES_SEEN, Kit, Subject, catalogue_link
 
 KIT_DIR = Path(__file__).resolve().parent
 MARKER = "docket_invariant"
 CASE_TIMEOUT = 60.0
 _counter = itertools.count(1)
+_FAILED_IDS: set[str] = set()  # invariant ids with a failing case, for the feature summary
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,6 +86,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    FEATURES_SEEN.clear()
+    _FAILED_IDS.clear()
     config.addinivalue_line(
         "markers", f"{MARKER}(id): the docket contract invariant a kit case checks"
     )
@@ -192,6 +201,32 @@ def pytest_runtest_makereport(
     return report
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        ident = dict(report.user_properties).get("docket_invariant")
+        if ident:
+            _FAILED_IDS.add(str(ident))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Say, per optional feature, whether the backend declared it and how its cases went."""
+    if not _configured(config) or not FEATURES_SEEN:
+        return
+    terminalreporter.section("docket contract kit: optional features")
+    for feature in sorted({str(f) for f in Feature} | set(FEATURES_SEEN)):
+        seen = FEATURES_SEEN.get(feature)
+        if seen is None:
+            terminalreporter.write_line(f"{feature}: no kit case ran for it")
+            continue
+        ids = ", ".join(sorted(seen))
+        if not any(seen.values()):
+            terminalreporter.write_line(f"{feature}: not declared (not checked; cases {ids})")
+            continue
+        failed = sorted(set(seen) & _FAILED_IDS)
+        verdict = f"FAILED by {', '.join(failed)}" if failed else "passed"
+        terminalreporter.write_line(f"{feature}: declared, {verdict} (cases {ids})")
+
+
 # -- the subject ------------------------------------------------------------------------------
 
 
@@ -276,12 +311,23 @@ def docket_subject(request: pytest.FixtureRequest) -> Subject:
         extra = {"clock": managed, **options} if managed is not None else dict(options)
         return build(_new_namespace(), extra)
 
+    def reopen() -> Backend | None:
+        return build(namespace, {"clock": managed} if managed is not None else {})
+
+    url = config.getoption("docket_backend", None)
+    source = (
+        ("url", str(url).replace("{namespace}", namespace))
+        if url
+        else ("factory", str(config.getoption("docket_backend_factory")))
+    )
     return Subject(
         backend=backend,
         namespace=namespace,
         clock=managed,
         make=make,
         rounds=max(1, int(config.getoption("docket_rounds"))),
+        reopen=reopen,
+        source=source,
     )
 
 

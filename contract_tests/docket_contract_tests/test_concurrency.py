@@ -4,6 +4,20 @@ times with fresh runs (the call order alternates between rounds):
 CLAIM-CONCURRENT-EXCLUSIVE, TRANSITION-CONCURRENT-SAME-FENCE, TRANSITION-UNCLAIMED-RACE,
 RACE-UNCLAIMED-VS-CLAIMED, RACE-INITIALIZE, RACE-COMMIT-VS-STEAL, RACE-RELEASE-VS-STEAL,
 RACE-ABANDON-VS-STEAL, RACE-SAVE-GRAPH, RACE-REFRESH-VS-RETAIN.
+
+Race strictness, decided for every backend, third-party ones included: in the
+``RACE-*-VS-STEAL`` cases a ``claim_due`` racing a writer (a commit, release or abandon
+of the run it wants) must lease the run whichever wins — it may not come back empty
+because the writer held the row. Why: ``claim_due`` is linearizable like every other
+operation, and a run that is due before and after the write is due at the claim's
+linearization point; the runtime relies on it, since the release or abandon announces
+the run and the worker woken by that announcement claims once — an empty answer loses
+the wake-up and leaves the run until the next poll, under exactly the contention that
+made it race; and a kit that let an empty answer pass could not tell a skipped row from
+a lost one. Every shipped backend meets it (memory: one lock; SQLite: one writer;
+PostgreSQL: a claim whose candidates are all locked waits for them, and one that took
+nothing re-checks in one snapshot; Redis: one script), so a backend scanning with
+``SKIP LOCKED`` must add the same re-check.
 """
 
 from __future__ import annotations

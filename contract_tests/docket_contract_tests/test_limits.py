@@ -1,7 +1,9 @@
-"""Size limits: LIMITS-TOO-LARGE.
+"""Size limits: LIMITS-TOO-LARGE, LIMITS-TOO-LARGE-NO-TRACE.
 
 Exactly at a limit is accepted, one over is ``TooLarge`` (decided before any lookup) and
-nothing is stored. The kit builds a backend with small limits when the subject takes a
+nothing is stored — not even the events of a commit every fence would have admitted, nor
+its transition id (a valid commit may then publish other content at the same seqs under
+it). The kit builds a backend with small limits when the subject takes a
 ``limits=`` option; otherwise it tests the limits the backend declares.
 """
 
@@ -30,6 +32,8 @@ from docket_contract_tests.fixtures import (
     new_run,
     save_graph,
     successor,
+    tid,
+    unclaimed,
 )
 from docket_contract_tests.kit import Kit, invariant
 
@@ -244,3 +248,55 @@ async def test_too_large_is_decided_before_fences(docket_kit: Kit) -> None:
         k.isa(got, TooLarge, f"an oversized run with {what}")
         k.check(not isinstance(got, StaleCheckpoint | NotFound), "size is decided first")
     await k.unchanged(TENANTLESS, run.id, before, "after oversized commits", b)
+
+
+@invariant("LIMITS-TOO-LARGE-NO-TRACE")
+@pytest.mark.parametrize("path", ["initialize", "claimed", "unclaimed"])
+async def test_too_large_leaves_no_trace_when_every_fence_passes(
+    docket_kit: Kit, path: str
+) -> None:
+    k = docket_kit
+    b, limits = await _subject(k)
+    owner = k.tenant("a")
+    ref = await save_graph(k, owner, backend=b)
+    over = limits.max_run_bytes + 1
+    transition = tid()
+    if path == "initialize":
+        run = new_run(k.name("r"), ref, k.t0, event_seq=2)
+        sent = events_for(run, k.t0, [1, 2], payload={"v": "oversized"})
+        proposal = init_proposal(_padded_run(run, over), k.t0, transition)
+        got = await b.transitions.initialize(owner, proposal, sent)
+        k.isa(got, TooLarge, "an oversized initialize publishing events 1..2")
+        await k.absent(owner, run.id, "after an oversized initialize", backend=b)
+        other = events_for(run, k.t0, [1, 2], payload={"v": "fits"})
+        got = await b.transitions.initialize(owner, init_proposal(run, k.t0, transition), other)
+        k.eq(got, run, "the same transition id, different events at seqs 1..2: accepted")
+        k.eq(list(await k.events(owner, run.id, b)), other, "only the accepted events")
+        return
+    run = new_run(k.name("r"), ref, k.t0)
+    k.eq(await _init(k, b, owner, run, []), run, "initialize")
+    lease = await k.claim_one(k.t0, run.id, backend=b) if path == "claimed" else None
+    nxt = successor(run, k.at(1), new_events=2)
+    sent = events_for(nxt, k.at(1), [1, 2], payload={"v": "oversized"})
+    other = events_for(nxt, k.at(1), [1, 2], payload={"v": "fits"})
+    before = await k.snapshot(owner, run.id, b)
+
+    async def commit(candidate: Run, events: list[Event]) -> object:
+        if lease is not None:
+            proposal = claimed(candidate, lease.claim_token, transition_id=transition)
+            return await b.transitions.commit_claimed(owner, proposal, events)
+        plain = unclaimed(candidate, transition_id=transition)
+        return await b.transitions.commit_unclaimed(owner, run.checkpoint_seq, plain, events)
+
+    refused = await commit(_padded_run(nxt, over), sent)
+    k.isa(refused, TooLarge, f"an oversized {path} commit by a writer every fence admits")
+    await k.unchanged(owner, run.id, before, f"after an oversized {path} commit", b)
+    for seq in (1, 2):
+        k.isa(
+            await b.events.fetch_event(owner, run.id, seq),
+            NotFound,
+            f"event {seq} of the refused commit",
+        )
+    accepted = await commit(nxt, other)
+    k.eq(accepted, nxt, "the same transition id, different events at the same seqs: accepted")
+    k.eq(list(await k.events(owner, run.id, b)), other, "only the accepted events")

@@ -50,7 +50,7 @@ LATER = timedelta(hours=1)  # past any immediate wake, whoever's clock set it
 
 
 def _reopens(k: Kit) -> None:
-    if Feature.REOPEN_FAILED not in k.b.capabilities().features:
+    if not k.declares(Feature.REOPEN_FAILED):
         pytest.skip("the backend does not declare the optional reopen_failed feature")
 
 

@@ -1,4 +1,5 @@
-"""Scopes and tenancy: SCOPE-OWNER-ISOLATION, OWNER-SCOPED-RUN-IDS, RETRY-POISONED-SCOPED."""
+"""Scopes and tenancy: SCOPE-OWNER-ISOLATION, OWNER-SCOPED-RUN-IDS, RETRY-POISONED-SCOPED,
+OWNER-SCOPED-SUMMARIES."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from docket.contract import (
     ClaimLost,
     ClaimRefreshed,
     EventListQuery,
+    External,
     GraphListQuery,
     InactiveRun,
     NotFound,
@@ -27,8 +29,10 @@ from docket.records import (
     EventPage,
     GraphRef,
     GraphVersion,
+    OwnerScope,
     Run,
     RunInfo,
+    RunStatus,
     RunSummary,
     tenant_id_of,
 )
@@ -320,3 +324,47 @@ async def test_summaries_are_index_columns(docket_kit: Kit) -> None:
     k.eq(page.runs, (RunSummary.of(run, a.id),), "list_runs summary of the run")
     info = await k.info(a, run.id)
     k.isa(info, RunInfo, "inspect_run")
+
+
+@invariant("OWNER-SCOPED-SUMMARIES")
+async def test_each_owner_lists_exactly_its_own_summary(docket_kit: Kit) -> None:
+    k = docket_kit
+    a, b = k.tenant("a"), k.tenant("b")
+    run_id = k.name("same")
+    ref_a = await save_graph(k, a, "ga")
+    ref_b = await save_graph(k, b, "gb")
+    ref_t = await save_graph(k, TENANTLESS, "gt")
+    run_a = await seed(k, a, run_id, ref=ref_a, events=1)
+    run_t = await seed(k, TENANTLESS, run_id, ref=ref_t, started_at=k.at(2))
+    run_b = await seed(k, b, run_id, ref=ref_b, started_at=k.at(5))
+    waiting = successor(run_b, k.at(7), status=RunStatus.WAITING)
+    await commit_unclaimed_ok(k, b, unclaimed(waiting, wake=External()))
+    mine: dict[OwnerScope, RunSummary] = {
+        a: RunSummary.of(run_a, a.id),
+        b: RunSummary.of(waiting, b.id),
+        TENANTLESS: RunSummary.of(run_t, None),
+    }
+    refs: dict[OwnerScope, GraphRef] = {a: ref_a, b: ref_b, TENANTLESS: ref_t}
+    for owner, summary in mine.items():
+        page = await k.b.runs.list_runs(owner, RunListQuery(limit=10))
+        k.eq(page.runs, (summary,), f"list_runs({owner}) shows exactly its own summary")
+        for other, ref in refs.items():
+            got = await k.b.runs.list_runs(owner, RunListQuery(limit=10, graph_id=ref.graph_id))
+            want = (summary,) if other == owner else ()
+            k.eq(got.runs, want, f"list_runs({owner}) filtered by {other}'s graph id")
+            got = await k.b.runs.list_runs(
+                owner, RunListQuery(limit=10, graph_id=ref.graph_id, graph_hash=ref.graph_hash)
+            )
+            k.eq(got.runs, want, f"list_runs({owner}) filtered by {other}'s graph version")
+        for status in (RunStatus.RUNNING, RunStatus.WAITING):
+            got = await k.b.runs.list_runs(
+                owner, RunListQuery(limit=10, statuses=frozenset({status}))
+            )
+            want = (summary,) if summary.status is status else ()
+            k.eq(got.runs, want, f"list_runs({owner}) filtered by status {status}")
+    everything = await k.all_runs()
+    k.eq(
+        sorted(everything, key=repr),
+        sorted(mine.values(), key=repr),
+        "list_runs(SYSTEM) shows each owner's own summary of the shared run id",
+    )

@@ -110,7 +110,7 @@ TRIGGERS: dict[str, Callable[[Kit], Awaitable[Callable[[], Awaitable[object]]]]]
 async def test_waiters_are_woken(docket_kit: Kit, trigger: str) -> None:
     k = docket_kit
     act = await TRIGGERS[trigger](k)
-    notify = Feature.NOTIFY in k.b.capabilities().features
+    notify = k.declares(Feature.NOTIFY)
     if notify:
         await _settle_announcements(k)
     started = time.monotonic()

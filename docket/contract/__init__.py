@@ -64,7 +64,15 @@ from docket.contract.proposals import (
     UnclaimedProposal,
     Wake,
 )
-from docket.contract.protocols import Backend, EventStore, GraphStore, RunStore, TransitionStore
+from docket.contract.protocols import (
+    Backend,
+    EventStore,
+    GraphStore,
+    Prunable,
+    RunStore,
+    TransitionStore,
+)
+from docket.contract.retention import PruneResult
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -107,6 +115,8 @@ __all__ = [
     "Permanent",
     "Poisoned",
     "PoisonedClaim",
+    "Prunable",
+    "PruneResult",
     "ReleaseClaim",
     "Rescheduled",
     "RetainClaim",

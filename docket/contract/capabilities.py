@@ -3,8 +3,9 @@
 :func:`negotiate` is what a runtime calls before trusting a backend: it checks the
 declaration (contract version 2, transitions version 1, sane limits) and the shape of
 the bundle (all four stores present, every operation an ``async def`` with the contract's
-parameters). Each defect fails with its own :class:`BackendContractError` code and a
-message that says what to change.
+parameters, and so is every optional member a store or the bundle provides). Each defect
+fails with its own :class:`BackendContractError` code and a message that says what to
+change.
 """
 
 from __future__ import annotations
@@ -189,7 +190,26 @@ def negotiate(backend: object) -> Capabilities:
             f"{type(backend).__name__} lacks {', '.join(missing)} (lifecycle, clock, wake-ups)",
         )
     _check_methods("backend", backend, Backend, lifecycle)
+    _check_optional(backend)
     return caps
+
+
+def _check_optional(backend: object) -> None:
+    """Optional members a backend provides must be ``async def`` with the contract's
+    parameters too: the runtime finds them by name, and would call them with those."""
+    from docket.contract.protocols import OPTIONAL_PROTOCOLS
+
+    for accessor, protocols in OPTIONAL_PROTOCOLS.items():
+        target = getattr(backend, accessor) if accessor else backend
+        where = f"backend.{accessor}" if accessor else "backend"
+        for protocol in protocols:
+            present = [
+                name
+                for name in _protocol_methods(protocol)
+                if callable(getattr(target, name, None))
+            ]
+            if present:
+                _check_methods(where, target, protocol, present)
 
 
 __all__ = [

@@ -79,6 +79,7 @@ from docket.contract.queries import (
     select_claims,
 )
 from docket.contract.registry import BackendFactory
+from docket.contract.retention import PruneResult, require_prune_args
 from docket.contract.validate import (
     Replay,
     ValidationResult,
@@ -138,6 +139,8 @@ class _Row:
     poison_reason: str | None = None
     transitions: dict[str, str] = attrs.Factory(dict)
     events: dict[int, tuple[bytes, bytes]] = attrs.Factory(dict)  # seq -> (json, content)
+    event_times: dict[int, datetime] = attrs.Factory(dict)  # seq -> written at (retention)
+    ended_at: datetime | None = None  # when it last became terminal (retention)
 
     @property
     def poisoned(self) -> bool:
@@ -168,7 +171,7 @@ class MemoryBackend:
     def capabilities(self) -> Capabilities:
         return Capabilities(
             limits=self._limits,
-            features=frozenset({Feature.NOTIFY, Feature.REOPEN_FAILED}),
+            features=frozenset({Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.PRUNE}),
             name="memory",
         )
 
@@ -550,6 +553,46 @@ class MemoryBackend:
             data = row.run_json
         return run_from_json(data)
 
+    # -- retention ----------------------------------------------------------------------
+
+    async def prune(
+        self,
+        *,
+        event_age: timedelta | None = None,
+        run_age: timedelta | None = None,
+        batch_size: int = 1000,
+        now: datetime | None = None,
+    ) -> PruneResult:
+        """``Prunable``: events written, and runs finished, more than an age before ``now``.
+
+        A pruned event leaves a hole below the run's ``event_seq``, which stays as it was.
+        """
+        event_age, run_age, batch_size = require_prune_args(event_age, run_age, batch_size)
+        moment = self._now(now)
+        with self._lock:
+            events: list[tuple[datetime, _Row, int]] = []
+            if event_age is not None:
+                events = [
+                    (written, row, seq)
+                    for row in self._runs.values()
+                    for seq, written in row.event_times.items()
+                    if written < moment - event_age
+                ]
+                events = sorted(events, key=lambda doomed: doomed[0])[:batch_size]
+                for _, row, seq in events:
+                    del row.events[seq], row.event_times[seq]
+            runs: list[tuple[datetime, tuple[str | None, str]]] = []
+            if run_age is not None:
+                runs = [
+                    (row.ended_at, key)
+                    for key, row in self._runs.items()
+                    if row.ended_at is not None and row.ended_at < moment - run_age
+                ]
+                runs = sorted(runs, key=lambda doomed: doomed[0])[:batch_size]
+                for _, key in runs:
+                    del self._runs[key]
+        return PruneResult(ran=True, events=len(events), runs=len(runs))
+
     # -- transitions --------------------------------------------------------------------
 
     async def initialize(
@@ -597,8 +640,10 @@ class MemoryBackend:
                 row.claim_token = valid.claim_token
                 row.claimed_at, row.wake_at = row.wake_at, None
                 row.claim_attempts = 1
+            written = self._now(None)
             for index, event in enumerate(valid.events):
                 row.events[event.seq] = (valid.event_json[index], valid.event_contents[index])
+                row.event_times[event.seq] = written
             self._runs[(tenant, run.id)] = row
             self._notify_if_due(row.wake_at)
             return run_from_json(valid.run_json)
@@ -673,6 +718,8 @@ class MemoryBackend:
                 valid.event_json[index],
                 valid.event_contents[index],
             )
+            row.event_times[valid.events[index].seq] = now
+        row.ended_at = now if row.run.status.terminal else None
         if isinstance(schedule, RetainClaim):
             # the commit is liveness: a retained claim is as fresh as now, never older
             row.claimed_at = max(row.claimed_at, now) if row.claimed_at else now

@@ -13,7 +13,7 @@ of the run it holds, so recovery code always has it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from docket.contract.capabilities import Capabilities
@@ -43,6 +43,7 @@ from docket.contract.proposals import (
     RunListQuery,
     UnclaimedProposal,
 )
+from docket.contract.retention import PruneResult
 from docket.records import (
     Event,
     EventPage,
@@ -332,6 +333,29 @@ class ClaimedStarts(Protocol):
     ) -> TransitionResult: ...
 
 
+@runtime_checkable
+class Prunable(Protocol):
+    """Optional on a backend that declares ``Feature.PRUNE``: retention, one bounded pass.
+
+    ``prune`` deletes up to ``batch_size`` events written more than ``event_age`` ago (of
+    any run, live ones included) and up to ``batch_size`` runs that finished more than
+    ``run_age`` ago, with their events and transition records; ``None`` skips that kind.
+    Ages are measured on the backend's clock from ``now`` (``None``: the clock's now); a
+    row exactly at the boundary survives. Bad arguments raise ``ValueError`` and change
+    nothing. Retention never changes sequence arithmetic: ``event_seq`` stays, readers see
+    the hole (``EventPage.oldest_available_seq``), a re-sent pruned event is dropped.
+    """
+
+    async def prune(
+        self,
+        *,
+        event_age: timedelta | None = None,
+        run_age: timedelta | None = None,
+        batch_size: int = 1000,
+        now: datetime | None = None,
+    ) -> PruneResult: ...
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -339,7 +363,15 @@ STORE_PROTOCOLS: dict[str, type] = {
     "transitions": TransitionStore,
 }
 
+#: Optional members negotiation checks when present: accessor ("" = the bundle itself).
+OPTIONAL_PROTOCOLS: dict[str, tuple[type, ...]] = {
+    "transitions": (ClaimedStarts, ChainedCommits),
+    "runs": (ClaimedRuns,),
+    "": (SampledNow, Migratable, Prunable),
+}
+
 __all__ = [
+    "OPTIONAL_PROTOCOLS",
     "STORE_PROTOCOLS",
     "Backend",
     "ChainedCommits",
@@ -349,6 +381,7 @@ __all__ = [
     "GraphSaveResult",
     "GraphStore",
     "Migratable",
+    "Prunable",
     "RunStore",
     "SampledNow",
     "TransitionStore",

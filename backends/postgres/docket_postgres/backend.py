@@ -27,10 +27,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, cast
 
-import attrs
 import psycopg
 
 from docket.contract import Capabilities, Feature, Limits
+from docket.contract.retention import PruneResult, require_prune_args
 from docket_postgres._engine import INT4_MAX, Engine
 from docket_postgres._events import PostgresEvents
 from docket_postgres._graphs import PostgresGraphs
@@ -50,20 +50,6 @@ DEFAULT_CLOCK_RESYNC: Final = 1.0  # seconds between reads of the database clock
 DEFAULT_COMMIT_LANES: Final = 2  # commit statements in flight before commits are grouped
 
 _PRUNE = "SELECT * FROM @schema@.prune(%s::interval, %s::interval, %s::integer, %s::timestamptz)"
-
-
-@attrs.frozen
-class PruneResult:
-    """What one :meth:`PostgresBackend.prune` pass did.
-
-    ``ran`` is ``False`` when another pruner held the schema's pruning lock (nothing was
-    done); ``events`` and ``runs`` count the rows deleted (a run's own events and
-    transition records go with it and are not counted).
-    """
-
-    ran: bool
-    events: int
-    runs: int
 
 
 class PostgresBackend:
@@ -286,11 +272,7 @@ class PostgresBackend:
         deleting full batches. One pruner runs per schema at a time: a concurrent call
         returns ``PruneResult(ran=False, ...)`` without waiting.
         """
-        for name, age in (("event_age", event_age), ("run_age", run_age)):
-            if age is not None and (not isinstance(age, timedelta) or age < timedelta(0)):
-                raise ValueError(f"{name} must be a non-negative timedelta or None, got {age!r}")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        require_prune_args(event_age, run_age, batch_size)
         engine = self._engine
         rows = await engine.fetch(
             engine.q(_PRUNE),

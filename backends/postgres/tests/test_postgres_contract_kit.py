@@ -25,6 +25,7 @@ from docket_postgres.testing import URL_ENV, ThrowawayPostgres
 #: The invariants whose cases claim, steal, release, abandon or poison runs.
 CLAIM_INVARIANTS = ",".join(
     [
+        "ABANDON-AFTER-RETAINED-COMMIT",
         "ABANDON-ESCALATION",
         "ABANDON-NON-POISONING-BACKOFF",
         "CLAIM-BACKEND-CLOCK",
@@ -35,11 +36,13 @@ CLAIM_INVARIANTS = ",".join(
         "CLAIM-MAX-ATTEMPTS-POISON",
         "CLAIM-READY-EXPIRED-CLASSES",
         "CLAIM-TTL-BOUNDARY",
+        "CLAIM-TTL-SUBMILLISECOND",
         "CLAIMED-START",
         "COMMIT-RESETS-HEALTH",
         "RACE-ABANDON-VS-STEAL",
         "RACE-COMMIT-VS-STEAL",
         "RACE-RELEASE-VS-STEAL",
+        "REFRESH-AFTER-RELEASE",
         "RETRY-POISONED-SCOPED",
         "RETRY-POISONED-TERMINAL-FIRST",
         "RUN-CLAIM-LIVENESS-RECOVERY",
