@@ -259,6 +259,8 @@ def commit_barrier(
         payload: JSONDict = {"attempt": write.attempt}
         if (index := item_index(write.task_id)) is not None:
             payload["item"] = index
+        elif rtg.nodes[write.node_id].map is not None:
+            payload["items"] = 0  # a map over an empty list: done, and nothing ran
         entries.append(
             Entry(
                 type=EventType.NODE_COMPLETED,

@@ -168,8 +168,9 @@ def test_an_empty_list_activates_nothing_and_the_join_still_fires() -> None:
     assert calls == []
     assert result.run.status is RunStatus.DONE
     assert result.run.output == {"draft": ""}
-    done = [e.node_id for e in events_of(result, EventType.NODE_COMPLETED)]
-    assert done == ["plan", "research", "side", "draft"]
+    done = [(e.node_id, e.payload) for e in events_of(result, EventType.NODE_COMPLETED)]
+    assert [node for node, _ in done] == ["plan", "research", "side", "draft"]
+    assert done[1][1] == {"attempt": 1, "items": 0}  # nothing ran for it
 
 
 def test_an_item_is_retried_alone_with_its_own_attempts() -> None:
