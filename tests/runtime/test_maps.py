@@ -162,3 +162,17 @@ def test_a_map_runs_on_sqlite_through_a_real_worker(tmp_path: Path) -> None:
     done = asyncio.run(scenario())
     assert done.status is RunStatus.DONE, done.failure
     assert done.output == {"total": ",".join(str(i * i) for i in range(9))}
+
+
+def test_the_workers_max_map_items_setting_is_the_host_ceiling() -> None:
+    async def scenario() -> Run:
+        docket, _, _ = memory_docket(nodes=NODES, context={"log": []}, max_map_items=3)
+        async with docket:
+            ref = await docket.save_graph(graph())
+            await docket.start_run(ref, {"count": 4}, run_id="big")
+            return await _settle(docket, "big")
+
+    run = asyncio.run(scenario())
+    assert run.status is RunStatus.FAILED and run.failure is not None
+    assert run.failure.code == "map_too_large"
+    assert run.failure.details == {"over": "items", "items": 4, "limit": 3}
