@@ -14,16 +14,21 @@ the environment the harness sets for each process:
 * ``DOCKET_CHAOS_SABOTAGE`` — comma-separated faults for the harness's own negative
   control: ``wrong_output`` (run ``chaos-00003`` ends with a result off by one),
   ``double_exec`` (node ``a`` of run ``chaos-00005`` logs two executions, as if it had been
-  re-executed with no kill to explain it);
+  re-executed with no kill to explain it), ``map_twice`` (item 0 of run ``chaos-00006``'s
+  map writes its result twice, as if it had landed twice);
 * ``DOCKET_CHAOS_HOLD_AFTER`` — when set to N, node executions after the N-th of this
   process hang (after logging a ``hold`` line), so the process keeps claims on runs in
   mid-flight, heartbeating them, until it is killed (the recovery measurement's victim).
 
 The graph, for an input ``n``::
 
-    $start -> a -> b -> {f1, f2, f3} ==fan-in==> join -> review -> total -> $finish
+    $start -> a -> b -> {f1, f2, f3, m} ==fan-in==> join -> review -> total -> $finish
 
-``a``, ``b``: a chain. ``f1..f3``: a fan-out, each appending ``n * k`` to ``parts``.
+``a``, ``b``: a chain; ``b`` also writes ``items``, a list of ``n % 4`` numbers (so some
+runs map over an empty list). ``f1..f3``: a fan-out, each appending ``n * k`` to ``parts``.
+``m``: a map over ``items``, each item appending ``2 * item`` to ``mapped``; item 1 fails
+its first attempt (retryable) and succeeds after a backoff. The output's ``mapped`` must
+hold each item's result once, in item order.
 ``join`` fails its first attempt (retryable) and succeeds on the second, after a backoff
 timer. In every run with ``needs_fix(n)``, ``total`` fails permanently until the harness
 "fixes" it (a file ``fixed-<run id>`` in the campaign directory) and retries the failed run
@@ -56,6 +61,7 @@ from docket import (
     RetryPolicy,
     S,
 )
+from docket.graph.maps import MapSpec
 from docket.records import Checkpoint
 from docket.values import JSONValue
 
@@ -74,6 +80,23 @@ EXPECTED_TASKS: dict[tuple[str, int], int] = {
     ("review", 1): 2,
     ("total", 1): 1,
 }
+MAP_BACKOFF_MS = 100
+
+
+def map_items(n: int) -> list[int]:
+    """The list ``m`` maps over in run ``n``: data-dependent, empty one run in four."""
+    return [10 * n + k for k in range(n % 4)]
+
+
+def expected_tasks(n: int) -> dict[tuple[str, int], int]:
+    """:data:`EXPECTED_TASKS` plus the map's items (``m[i]``; item 1 twice, it fails once)."""
+    tasks = dict(EXPECTED_TASKS)
+    for index in range(len(map_items(n))):
+        tasks[(f"m[{index}]", 1)] = 1
+        if index == 1:
+            tasks[(f"m[{index}]", 2)] = 1
+    return tasks
+
 
 NODE_SECONDS = 0.02
 #: one run in ten fails permanently in ``total`` until the harness fixes and retries it
@@ -102,7 +125,8 @@ def approval_for(n: int) -> int:
 
 def expected_output(n: int) -> dict[str, JSONValue]:
     parts = sum(n * k for k in range(1, len(FAN_OUT) + 1))
-    return {"result": parts + approval_for(n) + n, "trail": list(TRAIL)}
+    mapped: list[JSONValue] = [2 * item for item in map_items(n)]
+    return {"result": parts + approval_for(n) + n, "trail": list(TRAIL), "mapped": mapped}
 
 
 def _append(name: str, line: str) -> None:
@@ -160,6 +184,25 @@ async def chain(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue]:
     return {"trail": [ctx.node_id]}
 
 
+@NODES.node("chaos_split")
+async def split(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue]:
+    await _executed(ctx)
+    items: list[JSONValue] = list(map_items(_n(state)))
+    return {"trail": [ctx.node_id], "items": items}
+
+
+@NODES.node("chaos_item")
+async def item(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue] | Failure:
+    await _executed(ctx)
+    if ctx.item_index == 1 and ctx.attempt == 1:
+        return Failure("map item 1 fails its first attempt on purpose")
+    value = state["item"]
+    assert isinstance(value, int) and value == ctx.item
+    if "map_twice" in _sabotage() and ctx.run_id == "chaos-00006" and ctx.item_index == 0:
+        return {"mapped": [2 * value, 2 * value]}
+    return {"mapped": [2 * value]}
+
+
 @NODES.node("chaos_part")
 async def part(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue]:
     await _executed(ctx)
@@ -207,8 +250,16 @@ def chaos_graph() -> GraphBuilder:
         .field("parts", S.list(S.integer()), reducer=R.append())
         .field("approval", S.integer())
         .field("result", S.integer())
+        .field("items", S.list(S.integer()))
+        .field("mapped", S.list(S.integer()), reducer=R.append())
         .node("a", "chaos_chain")
-        .node("b", "chaos_chain")
+        .node("b", "chaos_split")
+        .node(
+            "m",
+            "chaos_item",
+            map=MapSpec(over="items", item="item"),
+            retry=RetryPolicy(max_attempts=2, backoff_ms=MAP_BACKOFF_MS),
+        )
         .node("join", "chaos_flaky", retry=RetryPolicy(max_attempts=3, backoff_ms=JOIN_BACKOFF_MS))
         .node("review", "chaos_review")
         .node("total", "chaos_total")
@@ -218,12 +269,14 @@ def chaos_graph() -> GraphBuilder:
     for node in FAN_OUT:
         builder.node(node, "chaos_part").edge(f"b_{node}", "b", node)
     return (
-        builder.fan_in("join_parts", list(FAN_OUT), "join")
+        builder.edge("b_m", "b", "m")
+        .fan_in("join_parts", [*FAN_OUT, "m"], "join")
         .edge("join_review", "join", "review")
         .edge("review_total", "review", "total")
         .edge("end", "total", FINISH)
         .output("result")
         .output("trail")
+        .output("mapped")
     )
 
 

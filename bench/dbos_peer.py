@@ -34,7 +34,7 @@ from typing import Any
 import attrs
 
 from bench.durable import Result, _per_run, drive, settled_heap
-from bench.shapes import LAYERS
+from bench.shapes import LAYERS, MAP_ITEMS
 from bench.stores import Place
 
 NO_REDIS = "DBOS has no Redis backend: it runs on SQLite and PostgreSQL only"
@@ -58,7 +58,7 @@ def available() -> str | None:
 
 
 def _workflows() -> dict[str, Any]:
-    """The three shapes' workflows, registered once per process (before any launch)."""
+    """The shapes' workflows, registered once per process (before any launch)."""
     if _FLOWS:
         return _FLOWS
     dbos: Any = importlib.import_module("dbos").DBOS
@@ -82,10 +82,17 @@ def _workflows() -> dict[str, Any]:
         await asyncio.gather(*(noop(i) for i in range(8)))
         return 1
 
+    async def _map_32() -> int:
+        await noop(0)  # the step that makes the list
+        await asyncio.gather(*(noop(i) for i in range(1, MAP_ITEMS + 1)))
+        await noop(MAP_ITEMS + 1)  # the join
+        return 1
+
     single_node = dbos.workflow(name="bench_single_node")(_single_node)
     chain_10 = dbos.workflow(name="bench_chain_10")(_chain_10)
     fanout_8 = dbos.workflow(name="bench_fanout_8")(_fanout_8)
-    _FLOWS.update(single_node=single_node, chain_10=chain_10, fanout_8=fanout_8)
+    map_32 = dbos.workflow(name="bench_map_32")(_map_32)
+    _FLOWS.update(single_node=single_node, chain_10=chain_10, fanout_8=fanout_8, map_32=map_32)
     return _FLOWS
 
 

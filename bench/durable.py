@@ -30,7 +30,15 @@ from typing import Any
 
 import attrs
 
-from bench.shapes import DOCKET_CHECKPOINTS, LAYERS, NODES, SUPERSTEPS, docket_graph, langgraph_app
+from bench.shapes import (
+    DOCKET_CHECKPOINTS,
+    LANGGRAPH_SEND_WRITES,
+    LAYERS,
+    NODES,
+    SUPERSTEPS,
+    docket_graph,
+    langgraph_app,
+)
 from bench.stores import Footprint, Place
 from docket import Docket
 from docket.records import RunStatus
@@ -307,8 +315,9 @@ async def check_langgraph(checkpointer: Any, shape: str, runs: int) -> str | Non
                     f"langgraph thread {thread}: step {step} has writes of {got} tasks, not {want}"
                 )
         first = found[0].pending_writes or []
+        sends = LANGGRAPH_SEND_WRITES.get(shape, 0)
         if len(first) != 1 + layers[0] or sum(len(t.pending_writes or []) for t in found) != (
-            1 + layers[0] + sum(layers)
+            1 + layers[0] + sum(layers) + sends
         ):
             return f"langgraph thread {thread}: unexpected writes"
     return None

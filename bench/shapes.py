@@ -7,7 +7,9 @@ about 100 µs, and LangGraph a hop to its executor: neither is what is being com
 
 - ``single_node``: one node;
 - ``chain_10``: ten nodes in a line (ten supersteps);
-- ``fanout_8``: eight nodes started together (one superstep).
+- ``fanout_8``: eight nodes started together (one superstep);
+- ``map_32``: a node writes a list of 32 items, a map runs one task per item (docket's
+  ``map`` option; LangGraph's ``Send``), then a join node (three supersteps).
 
 ``long_chat`` is docket only: one node looping on itself, each superstep appending a
 1 KB message to a list field, until ``turns`` supersteps have run.
@@ -22,19 +24,28 @@ from typing import Any, TypedDict
 
 from docket import FINISH, START, GraphBuilder, NodeRegistry
 from docket.graph.guards import equals, not_
+from docket.graph.maps import MapSpec
 from docket.graph.model import Graph
 from docket.graph.nodes import NodeContext, NodeState
 from docket.graph.reducers import R
 from docket.graph.schema import S
 from docket.values import JSONDict
 
-SHAPES = ("single_node", "chain_10", "fanout_8")
+SHAPES = ("single_node", "chain_10", "fanout_8", "map_32")
+MAP_ITEMS = 32
 # Node layers executed per run: the superstep count used for supersteps/s on both sides.
-SUPERSTEPS = {"single_node": 1, "chain_10": 10, "fanout_8": 1}
+SUPERSTEPS = {"single_node": 1, "chain_10": 10, "fanout_8": 1, "map_32": 3}
 # The nodes of each layer, in order: what every engine's record of a run is checked against.
-LAYERS = {"single_node": (1,), "chain_10": (1,) * 10, "fanout_8": (8,)}
+LAYERS = {
+    "single_node": (1,),
+    "chain_10": (1,) * 10,
+    "fanout_8": (8,),
+    "map_32": (1, MAP_ITEMS, 1),
+}
 # docket: a finished run's ``checkpoint_seq`` (the start, one per superstep, the finish).
 DOCKET_CHECKPOINTS = {shape: len(layers) + 2 for shape, layers in LAYERS.items()}
+# LangGraph: writes beyond one per task (a ``Send`` is one more write of the task sending it).
+LANGGRAPH_SEND_WRITES = {"map_32": MAP_ITEMS}
 MESSAGE = "m" * 1024
 
 NODES = NodeRegistry()
@@ -47,6 +58,11 @@ async def noop(state: NodeState, ctx: NodeContext) -> JSONDict:
 
 def _int(value: object, default: int) -> int:
     return value if isinstance(value, int) else default
+
+
+@NODES.node("split")
+async def split(state: NodeState, ctx: NodeContext) -> JSONDict:
+    return {"items": list(range(MAP_ITEMS))}
 
 
 @NODES.node("chat_turn")
@@ -70,6 +86,12 @@ def docket_graph(shape: str) -> Graph:
         for i in range(8):
             builder.node(f"n{i}", "noop")
             builder.edge(f"s{i}", START, f"n{i}").edge(f"f{i}", f"n{i}", FINISH)
+    elif shape == "map_32":
+        builder.field("items", S.list(S.integer()))
+        builder.node("split", "split").node("join", "noop")
+        builder.node("work", "noop", map=MapSpec(over="items", item="item"))
+        builder.edge("start", START, "split").edge("fan", "split", "work")
+        builder.edge("gather", "work", "join").edge("done", "join", FINISH)
     else:
         raise ValueError(f"unknown shape {shape!r}")
     return builder.build()
@@ -96,6 +118,11 @@ def long_chat_graph(turns: int) -> Graph:
 
 class LGState(TypedDict, total=False):
     value: int
+    items: list[int]
+
+
+async def _lg_split(state: LGState) -> dict[str, Any]:
+    return {"items": list(range(MAP_ITEMS))}
 
 
 async def _lg_noop_async(state: LGState) -> dict[str, Any]:
@@ -129,6 +156,19 @@ def langgraph_app(shape: str, checkpointer: Any, *, use_async: bool = True) -> A
             graph.add_node(f"n{i}", fn)
             graph.add_edge(LG_START, f"n{i}")
             graph.add_edge(f"n{i}", END)
+    elif shape == "map_32":
+        from langgraph.types import Send
+
+        def fan(state: LGState) -> list[Any]:
+            return [Send("work", {"value": item}) for item in state.get("items", [])]
+
+        graph.add_node("split", _lg_split)
+        graph.add_node("work", fn)
+        graph.add_node("join", fn)
+        graph.add_edge(LG_START, "split")
+        graph.add_conditional_edges("split", fan, ["work"])
+        graph.add_edge("work", "join")
+        graph.add_edge("join", END)
     else:
         raise ValueError(f"unknown shape {shape!r}")
     return graph.compile(checkpointer=checkpointer)

@@ -993,6 +993,32 @@ def idempotency_key(task: str, attempt: int) -> str:
     return f"{task}:{attempt}"
 
 
+def item_task_id(task: str, index: int) -> str:
+    """The task of item ``index`` of a map node's task ``task``: ``"<run>:<step>:<node>[i]"``
+    (node IDs never hold ``[``, so the two forms cannot collide)."""
+    return f"{task}[{index}]"
+
+
+def item_index(task: str) -> int | None:
+    """The item index of a map item's task id, ``None`` for a plain task id."""
+    if not task.endswith("]"):
+        return None
+    head, sep, digits = task[:-1].rpartition("[")
+    if not sep or not head or not digits.isdigit() or not digits.isascii():
+        return None
+    if digits != str(int(digits)):  # one spelling per index: no leading zeros
+        return None
+    return int(digits)
+
+
+def _is_task_of(run: Run, node_id: object, task: object) -> bool:
+    """``task`` is node ``node_id``'s task (or one of its map items') at the run's step."""
+    if not isinstance(node_id, str) or not isinstance(task, str):
+        return False
+    plain = task_id(run.id, run.step, node_id)
+    return task == plain or (item_index(task) is not None and task.startswith(plain + "["))
+
+
 # -- validity (pure, never raises on junk) -------------------------------------------------
 
 
@@ -1052,8 +1078,8 @@ def _add_task_problems(key: str, task: object, run: Run, out: list[str]) -> None
         out.append(f"{where}: task_id {shown(task.task_id)} differs from its key")
     if task.status != TASK_RETRY_SCHEDULED:
         out.append(f"{where}: status must be {TASK_RETRY_SCHEDULED!r}")
-    if not _is_str(task.node_id) or task.task_id != task_id(run.id, run.step, task.node_id):
-        out.append(f"{where}: task_id must be '<run>:<step>:<node>' for the current step")
+    if not _is_str(task.node_id) or not _is_task_of(run, task.node_id, task.task_id):
+        out.append(f"{where}: task_id must be '<run>:<step>:<node>[item]' for the current step")
     if task.step != run.step:
         out.append(f"{where}: step {shown(task.step)} is not the run's step")
     if not isinstance(task.failures, tuple) or not all(
@@ -1192,14 +1218,15 @@ def _add_collection_problems(run: Run, out: list[str]) -> None:
             "active superstep: only a running run, or one a node failure failed, "
             "may have pending writes"
         )
-    nodes = [t.node_id for t in run.active_tasks.values() if isinstance(t, TaskState)]
-    nodes += [w.node_id for w in writes]
-    if len(nodes) != len(set(nodes)):
-        out.append("active superstep: a node appears more than once across tasks and writes")
+    # A map node has one task per item; any other node one task.
+    tasks = [t.task_id for t in run.active_tasks.values() if isinstance(t, TaskState)]
+    tasks += [w.task_id for w in writes]
+    if len(tasks) != len(set(tasks)):
+        out.append("active superstep: a task appears more than once across tasks and writes")
     for index, write in enumerate(writes):
         path = f"pending_writes[{index}]"
-        if write.task_id != task_id(run.id, run.step, write.node_id):
-            out.append(f"{path}: task_id must be '<run>:<step>:<node>' for the current step")
+        if not _is_task_of(run, write.node_id, write.task_id):
+            out.append(f"{path}: task_id must be '<run>:<step>:<node>[item]' for the current step")
         if not _is_int(write.attempt, 1):
             out.append(f"{path}: attempt must be a positive integer")
         if not isinstance(write.kind, WriteKind):
@@ -1317,6 +1344,8 @@ __all__ = [
     "format_timestamp",
     "from_micros",
     "idempotency_key",
+    "item_index",
+    "item_task_id",
     "owner_scope",
     "parse_timestamp",
     "require_owner",

@@ -16,6 +16,8 @@ setting                       default     meaning
                                           is incompatible with this host
 ``max_supersteps``            10000       host ceiling on supersteps (a graph may only lower
                                           it)
+``max_map_items``             10000       host ceiling on the items of one map activation (a
+                                          graph's ``max_items`` may only lower it)
 ``max_claim_attempts``        5           claims without progress before a run is poisoned
 ``max_claim_abandons``        5           hand-backs (unusable graph) before poisoning
 ``drain_max_moments``         100         commits one drain makes before yielding the run
@@ -71,6 +73,7 @@ _COUNTS: Final = (
     "max_claim_abandons",
     "drain_max_moments",
     "commit_attempts",
+    "max_map_items",
     "signal_attempts",
 )
 
@@ -85,6 +88,7 @@ class Settings:
     node_timeout: float = 60.0
     max_attempt_time: float | None = 3600.0
     max_supersteps: int | None = 10_000
+    max_map_items: int = 10_000
     max_claim_attempts: int = 5
     max_claim_abandons: int = 5
     drain_max_moments: int = 100

@@ -49,3 +49,16 @@ def test_agent_loop_retries_times_out_and_sends_one_email() -> None:
     assert "exception: RateLimited" in out
     assert "timeout: the attempt exceeded its 300 ms" in out
     assert "already sent, not sending again" in out
+
+
+def test_map_reduce_researches_each_question_and_drafts_in_question_order() -> None:
+    out = run_example("map_reduce.py")
+    assert "run otters-1 is done" in out
+    assert (
+        "report: Report on otters: A1 (What is otters?) a short answer; "
+        "A2 (Who uses otters?) a short answer; A3 (Why does otters matter?) a short answer"
+    ) in out
+    tasks = [f"'otters-1:1:research[{i}]'" for i in range(3)]
+    assert f"research tasks: [{', '.join(tasks)}]" in out
+    # an empty list researches nothing and the draft still follows
+    assert "run empty-1 is done" in out and "report: nothing: no research" in out

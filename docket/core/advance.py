@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TypeAlias, assert_never
 
-from docket.core.errors import GraphMismatch, InvalidPolicy, UnusableRun
+from docket.core.errors import GraphMismatch, InvalidPolicy, MapFailed, UnusableRun
 from docket.core.finish import completion_moment, error_failure, failure_moment
 from docket.core.init import check_graph
 from docket.core.moment import Moment, NotDue, Terminated, Wait, ceil_ms
@@ -30,8 +30,8 @@ from docket.core.plan import (
     OverLimit,
     Quiescent,
     Runnable,
-    fresh_activations,
     plan,
+    planned_work,
     resumed_activations,
 )
 from docket.graph.compiler import RuntimeGraph
@@ -94,9 +94,12 @@ def advance(
             )
             return failure_moment(run, failure, now)
         case Runnable(node_ids=node_ids):
-            fresh = fresh_activations(rtg, run, node_ids, limits)
-            if isinstance(fresh, InvalidPolicy):
+            fresh = planned_work(rtg, run, node_ids, limits)
+            if isinstance(fresh, InvalidPolicy | MapFailed):
                 return failure_moment(run, error_failure(fresh), now)
-            return Dispatch(run=run, activations=fresh, now=now, resumed=False)
+            activations, settled = fresh
+            return Dispatch(
+                run=run, activations=activations, now=now, resumed=False, settled=settled
+            )
         case _:
             assert_never(planned)

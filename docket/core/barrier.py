@@ -32,7 +32,7 @@ from docket.core.finish import AttemptFailure, error_failure, failure_moment, su
 from docket.core.interrupts import duplicate_ids, request_problems
 from docket.core.moment import Continue, Disposition, Entry, Moment, Park, ParkReason, propose
 from docket.core.outcomes import format_reason
-from docket.core.plan import candidates_of, open_ids_of
+from docket.core.plan import candidates_of, open_ids_of, work_order
 from docket.core.state import committed_fields, guard_view
 from docket.graph.compiler import ChannelKind, RuntimeEdge, RuntimeGraph
 from docket.graph.guards import GuardEvalError, evaluate
@@ -50,6 +50,7 @@ from docket.records import (
     RunFailure,
     RunStatus,
     WriteKind,
+    item_index,
 )
 from docket.values import JSONDict, JSONValue
 
@@ -76,11 +77,13 @@ def commit_barrier(
     fields: Mapping[str, FieldRule] | None = None,
     inputs: tuple[str, ...] | None = None,
 ) -> Moment:
-    """Commit the superstep whose results are ``writes`` (one per node, any order).
+    """Commit the superstep whose results are ``writes`` (one per task, any order).
 
     ``fields``/``inputs`` are ``rtg.field_rule_map``/``rtg.input_ids`` when the caller
-    already has them."""
-    ordered = sorted(writes, key=lambda w: w.node_id)
+    already has them. A map node's items write as ``node[i]``, folded in item order; a map
+    node any of whose items asked for an interrupt writes nothing and does not complete
+    (it runs again, every item, once its interrupts are answered)."""
+    ordered = sorted(writes, key=lambda w: work_order(w.node_id, w.task_id))
     strangers = sorted({w.node_id for w in ordered if w.node_id not in rtg.nodes})
     if strangers:
         lost = UnusableRun(
@@ -89,8 +92,11 @@ def commit_barrier(
             details={"nodes": list[JSONValue](strangers)},
         )
         return failure_moment(run, error_failure(lost), now)
-    updates = {w.node_id: w.value for w in ordered if w.kind is WriteKind.UPDATE}
     requests = [w for w in ordered if w.kind is WriteKind.INTERRUPT]
+    interrupting = {w.node_id for w in requests}
+    done = [w for w in ordered if w.kind is WriteKind.UPDATE and w.node_id not in interrupting]
+    by_writer = {writer_label(w): w for w in ordered}
+    updates = {writer_label(w): w.value for w in done}
 
     errors: dict[str, str] = {}
     twice = duplicate_ids([w.value for w in requests])
@@ -100,25 +106,26 @@ def commit_barrier(
         if isinstance(ident, str) and ident in twice:
             problems.append(f"interrupt id {ident!r} is requested twice in one superstep")
         if problems:
-            errors[write.node_id] = format_reason("invalid_interrupt", "; ".join(problems))
+            errors[writer_label(write)] = format_reason("invalid_interrupt", "; ".join(problems))
     if fields is None:
         fields = rtg.field_rule_map
     if inputs is None:
         inputs = rtg.input_ids
-    step = commit_step(fields, inputs, committed_fields(rtg, run.channels), updates)
+    step = commit_step(
+        fields, inputs, committed_fields(rtg, run.channels), updates, order=list(updates)
+    )
     if isinstance(step, StepRejected):
-        for node_id, reasons in step.errors.items():
-            errors[node_id] = format_reason("invalid_state_update", "; ".join(reasons))
+        for writer, reasons in step.errors.items():
+            errors[writer] = format_reason("invalid_state_update", "; ".join(reasons))
     if errors or isinstance(step, StepRejected):
-        by_node = {w.node_id: w for w in ordered}
         failed = [
             AttemptFailure(
-                node_id=node_id,
-                task_id=by_node[node_id].task_id,
-                attempt=by_node[node_id].attempt,
-                reason=errors[node_id],
+                node_id=by_writer[writer].node_id,
+                task_id=by_writer[writer].task_id,
+                attempt=by_writer[writer].attempt,
+                reason=errors[writer],
             )
-            for node_id in sorted(errors)
+            for writer in sorted(errors, key=lambda w: work_order(*_task_of(by_writer[w])))
         ]
         fresh = [w for w in ordered if w not in run.pending_writes]
         return superstep_failure(run, (), failed, now, fresh)
@@ -151,7 +158,7 @@ def commit_barrier(
                 barrier_seen=state.barrier_seen,
             )
 
-    completed = set(updates)
+    completed = {w.node_id for w in done}
     outgoing = sorted({e for n in completed for e in rtg.nodes[n].outgoing_edges})
     eligible: list[RuntimeEdge] = []
     for edge_id in outgoing:
@@ -228,7 +235,6 @@ def commit_barrier(
     opened.sort(key=lambda pair: pair[0].id)
 
     changed = {f"state:{f}" for f in step.changed} | {e.channel_id for e in fired} | kept
-    interrupting = {w.node_id for w in requests}
     changed_channels = frozenset(changed)
     pending_nodes = frozenset((run.pending_nodes - completed) | interrupting)
     # The next run is built once, by propose; whether it waits depends only on these.
@@ -249,17 +255,21 @@ def commit_barrier(
     }
 
     entries: list[Entry] = []
-    for write in ordered:
-        if write.kind is WriteKind.UPDATE:
-            entries.append(
-                Entry(
-                    type=EventType.NODE_COMPLETED,
-                    step=run.step,
-                    node_id=write.node_id,
-                    task_id=write.task_id,
-                    payload={"attempt": write.attempt},
-                )
+    for write in done:
+        payload: JSONDict = {"attempt": write.attempt}
+        if (index := item_index(write.task_id)) is not None:
+            payload["item"] = index
+        elif rtg.nodes[write.node_id].map is not None:
+            payload["items"] = 0  # a map over an empty list: done, and nothing ran
+        entries.append(
+            Entry(
+                type=EventType.NODE_COMPLETED,
+                step=run.step,
+                node_id=write.node_id,
+                task_id=write.task_id,
+                payload=payload,
             )
+        )
     for field_id in sorted(step.values):
         writers: list[JSONValue] = list(step.writers[field_id])
         entries.append(
@@ -291,6 +301,17 @@ def commit_barrier(
         Park(External(), ParkReason.AWAITING_INTERRUPTS) if waiting else Continue()
     )
     return propose(run, checkpoint, entries, disposition, now, changes=proposed)
+
+
+def writer_label(write: PendingWrite) -> str:
+    """The writer a result is folded and reported as: its node, or ``node[i]`` for item
+    ``i`` of a map (``channel_updated`` events list these)."""
+    index = item_index(write.task_id)
+    return write.node_id if index is None else f"{write.node_id}[{index}]"
+
+
+def _task_of(write: PendingWrite) -> tuple[str, str]:
+    return write.node_id, write.task_id
 
 
 def edge_entry(edge: RuntimeEdge, step: int) -> Entry:

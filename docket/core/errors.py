@@ -27,6 +27,8 @@ __all__ = [
     "InvalidInput",
     "InvalidPolicy",
     "MalformedMoment",
+    "MapFailed",
+    "MapTooLarge",
     "NotContinue",
     "NotRetryable",
     "TerminalRun",
@@ -126,6 +128,18 @@ class IncompatibleExecutionPolicy(CoreError):
     """A node's explicit timeout exceeds the host's maximum attempt time."""
 
     code = "incompatible_execution_policy"
+
+
+class MapFailed(CoreError):
+    """A map node's ``over`` holds no list when the node is activated."""
+
+    code = "invalid_map_input"
+
+
+class MapTooLarge(MapFailed):
+    """A map node's list is longer than its ``max_items`` or the host's ceiling."""
+
+    code = "map_too_large"
 
 
 class NotContinue(CoreError):

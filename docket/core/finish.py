@@ -28,10 +28,19 @@ from docket.core.captured import (
 )
 from docket.core.errors import CoreError
 from docket.core.moment import Entry, Moment, Park, ParkReason, propose
+from docket.core.plan import work_order
 from docket.core.state import project_outputs
 from docket.graph.compiler import RuntimeGraph
 from docket.proposals import Terminal
-from docket.records import CheckpointType, EventType, PendingWrite, Run, RunFailure, RunStatus
+from docket.records import (
+    CheckpointType,
+    EventType,
+    PendingWrite,
+    Run,
+    RunFailure,
+    RunStatus,
+    item_index,
+)
 from docket.values import JSONDict, JSONValue
 
 __all__ = [
@@ -161,10 +170,18 @@ def superstep_failure(
     then ``node_failed`` (permanent) for each permanent failure, then ``run_failed``.
     """
     nodes = sorted({f.node_id for f in permanent})
-    ordered = sorted(permanent, key=lambda f: f.node_id)
-    errors: JSONDict = {f.node_id: f.reason for f in ordered}
+    ordered = sorted(permanent, key=lambda f: work_order(f.node_id, f.task_id))
+    errors: JSONDict = {}
+    for f in ordered:  # a map's first failed item speaks for its node
+        errors.setdefault(f.node_id, f.reason)
     label = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}"
     details: JSONDict = {"nodes": list[JSONValue](nodes), "errors": errors}
+    items: dict[str, list[JSONValue]] = {}
+    for f in ordered:
+        if (index := item_index(f.task_id)) is not None:
+            items.setdefault(f.node_id, []).append(index)
+    if items:  # only when a map item failed, so other failures keep their documents
+        details["items"] = dict[str, JSONValue](items)
     details.update(_what_went_wrong(ordered))
     failure = RunFailure(
         code="node_failed",
@@ -176,14 +193,21 @@ def superstep_failure(
         *(node_failed_entry(f, run.step, permanent=False) for f in retried),
         *(node_failed_entry(f, run.step, permanent=True) for f in permanent),
     ]
-    # a failed node's own write (one the barrier rejected) is never kept: it runs again
-    failed = {f.node_id for f in permanent}
-    new_writes = sorted((w for w in writes if w.node_id not in failed), key=lambda w: w.node_id)
-    kept = sorted(
-        (w for w in (*run.pending_writes, *new_writes) if w.node_id not in failed),
-        key=lambda w: w.node_id,
-    )
+    # a failed task's own write (one the barrier rejected) is never kept: it runs again
+    # (a failed map item drops only its own write; its finished siblings' stay)
+    nodes_out = {f.node_id for f in permanent if item_index(f.task_id) is None}
+    tasks_out = {f.task_id for f in permanent}
+
+    def keep(write: PendingWrite) -> bool:
+        return write.node_id not in nodes_out and write.task_id not in tasks_out
+
+    new_writes = sorted(filter(keep, writes), key=_write_order)
+    kept = sorted(filter(keep, (*run.pending_writes, *new_writes)), key=_write_order)
     return failure_moment(run, failure, now, entries, kept=kept, new_writes=new_writes)
+
+
+def _write_order(write: PendingWrite) -> tuple[str, int]:
+    return work_order(write.node_id, write.task_id)
 
 
 def _what_went_wrong(ordered: Sequence[AttemptFailure]) -> JSONDict:

@@ -5,6 +5,12 @@ Identities are pure functions of the committed run: the task of node ``n`` in su
 ``"r:s:n:k"``, and every activation of one fresh superstep shares one snapshot and its
 ``input_hash = content_hash(snapshot)``. Planning twice from the same run gives the same
 activations, which is what makes a crashed superstep replayable.
+
+A map node (``docket.graph.maps``) has one task per item of the list its ``over`` holds in
+that snapshot: item ``i`` is task ``"r:s:n[i]"``, its snapshot is the superstep's with the
+item under the map's ``as`` name. An empty list gives no task: the node completes at once
+with no writes (``Dispatch.settled``). A list longer than the map's ``max_items`` or the
+host's ``max_map_items`` fails the run (``map_too_large``), never truncated.
 """
 
 from __future__ import annotations
@@ -16,22 +22,33 @@ from typing import Final, TypeAlias
 
 import attrs
 
-from docket.core.errors import IncompatibleExecutionPolicy, InvalidPolicy, UnusableRun
+from docket.core.errors import (
+    IncompatibleExecutionPolicy,
+    InvalidPolicy,
+    MapFailed,
+    MapTooLarge,
+    UnusableRun,
+)
 from docket.core.state import snapshot, source_versions
 from docket.graph.compiler import RuntimeGraph, RuntimeNode
 from docket.graph.nodes import NodePolicies, RetryPolicy
 from docket.records import (
     InterruptState,
     InterruptStatus,
+    PendingWrite,
     Run,
     TaskFailure,
     TaskState,
+    WriteKind,
     idempotency_key,
+    item_index,
+    item_task_id,
     task_id,
 )
 from docket.values import JSONDict, JSONValue, content_hash
 
 __all__ = [
+    "DEFAULT_MAX_MAP_ITEMS",
     "DEFAULT_TIMEOUT_MS",
     "Activation",
     "Blocked",
@@ -45,16 +62,21 @@ __all__ = [
     "candidates_of",
     "check_execution_policy",
     "fresh_activations",
+    "map_items",
     "node_policy",
     "open_ids_of",
     "open_interrupt_ids",
     "plan",
+    "planned_work",
     "resumed_activations",
     "superstep_limit",
+    "work_order",
 ]
 
 #: Attempt timeout of a node that declares none (runtime decision: 60 s).
 DEFAULT_TIMEOUT_MS: Final = 60_000
+#: Host ceiling on the items of one map activation.
+DEFAULT_MAX_MAP_ITEMS: Final = 10_000
 
 
 def _positive(value: object) -> bool:
@@ -83,6 +105,8 @@ class HostLimits:
     max_supersteps: int | None = attrs.field(default=None, validator=_optional_positive)
     max_attempt_ms: int | None = attrs.field(default=None, validator=_optional_positive)
     default_timeout_ms: int = attrs.field(default=DEFAULT_TIMEOUT_MS, validator=_required_positive)
+    #: Ceiling on the items of one map activation (a graph's ``max_items`` can only lower it).
+    max_map_items: int = attrs.field(default=DEFAULT_MAX_MAP_ITEMS, validator=_required_positive)
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +126,7 @@ class Activation:
     retry: RetryPolicy
     failures: tuple[TaskFailure, ...] = ()
     recorded_input_hash: str | None = None  # a parked attempt's, as its task recorded it
+    item_index: int | None = None  # a map item's index; its item is in the snapshot
 
     @functools.cached_property
     def input_hash(self) -> str:
@@ -127,6 +152,7 @@ class Dispatch:
     activations: tuple[Activation, ...]
     now: datetime
     resumed: bool
+    settled: tuple[PendingWrite, ...] = ()  # map nodes over an empty list: done, no writes
 
 
 # -- the plan -----------------------------------------------------------------------------
@@ -157,6 +183,13 @@ class Runnable:
 
 
 PlanResult: TypeAlias = Quiescent | Blocked | OverLimit | Runnable | UnusableRun
+
+
+def work_order(node_id: str, task: str) -> tuple[str, int]:
+    """The one order of a superstep's tasks and results: by node, a map's items by index
+    (so a map's writes fold in item order whatever order they finished in)."""
+    index = item_index(task)
+    return node_id, -1 if index is None else index
 
 
 def open_interrupt_ids(run: Run) -> tuple[str, ...]:
@@ -205,8 +238,9 @@ def plan(rtg: RuntimeGraph, run: Run, limits: HostLimits) -> PlanResult:
     """
     nodes = candidates(rtg, run)
     if run.pending_writes:
+        # a map node may have unfinished items left: fresh_activations skips the others
         written = {w.node_id for w in run.pending_writes}
-        nodes = tuple(n for n in nodes if n not in written)
+        nodes = tuple(n for n in nodes if n not in written or rtg.nodes[n].map is not None)
         if not nodes:
             return UnusableRun(
                 "the pending writes cover every planned node: nothing is left to retry",
@@ -287,17 +321,60 @@ def check_execution_policy(
 
 def fresh_activations(
     rtg: RuntimeGraph, run: Run, node_ids: Iterable[str], limits: HostLimits
-) -> tuple[Activation, ...] | InvalidPolicy:
+) -> tuple[Activation, ...] | InvalidPolicy | MapFailed:
     """First attempts of a new superstep, all against one snapshot of the committed run."""
+    planned = planned_work(rtg, run, node_ids, limits)
+    return planned if isinstance(planned, InvalidPolicy | MapFailed) else planned[0]
+
+
+def planned_work(
+    rtg: RuntimeGraph, run: Run, node_ids: Iterable[str], limits: HostLimits
+) -> tuple[tuple[Activation, ...], tuple[PendingWrite, ...]] | InvalidPolicy | MapFailed:
+    """:func:`fresh_activations`, and the completions of map nodes over an empty list.
+
+    Tasks that already have a pending write (a reopened failed superstep) are left out."""
     view = snapshot(rtg, run.channels)
     versions = source_versions(rtg, run.channels)
+    done = {w.task_id for w in run.pending_writes}
     out: list[Activation] = []
+    settled: list[PendingWrite] = []
     for node_id in sorted(node_ids):
         node = rtg.nodes[node_id]
         policy = node_policy(node, limits)
         if isinstance(policy, InvalidPolicy):
             return policy
         task = task_id(run.id, run.step, node_id)
+        if node.map is not None:
+            items = map_items(node, view, limits)
+            if isinstance(items, MapFailed):
+                return items
+            if not items and task not in done:
+                settled.append(
+                    PendingWrite(
+                        task_id=task, node_id=node_id, attempt=1, kind=WriteKind.UPDATE, value={}
+                    )
+                )
+            for index, item in enumerate(items):
+                item_task = item_task_id(task, index)
+                if item_task in done:
+                    continue
+                out.append(
+                    Activation(
+                        run_id=run.id,
+                        task_id=item_task,
+                        node_id=node_id,
+                        step=run.step,
+                        attempt=1,
+                        idempotency_key=idempotency_key(item_task, 1),
+                        snapshot={**view, node.map.item: item},
+                        source_versions=versions,
+                        config=node.config,
+                        timeout_ms=policy[0],
+                        retry=policy[1],
+                        item_index=index,
+                    )
+                )
+            continue
         out.append(
             Activation(
                 run_id=run.id,
@@ -313,7 +390,35 @@ def fresh_activations(
                 retry=policy[1],
             )
         )
-    return tuple(out)
+    return tuple(out), tuple(settled)
+
+
+def map_items(
+    node: RuntimeNode, view: Mapping[str, JSONValue], limits: HostLimits
+) -> list[JSONValue] | MapFailed:
+    """The items a map node runs over in this snapshot, or why it cannot run."""
+    spec = node.map
+    assert spec is not None
+    value = view.get(spec.over)
+    if not isinstance(value, list):
+        shown = "missing" if spec.over not in view else type(value).__name__
+        return MapFailed(
+            f"map node {node.public_id!r} maps over {spec.over!r}, which holds no list ({shown})",
+            phase="plan",
+            node_id=node.public_id,
+            details={"over": spec.over, "found": shown},
+        )
+    bounds = [b for b in (spec.max_items, limits.max_map_items) if b is not None]
+    limit = min(bounds)
+    if len(value) > limit:
+        return MapTooLarge(
+            f"map node {node.public_id!r} got {len(value)} items from {spec.over!r}, "
+            f"more than its limit of {limit}",
+            phase="plan",
+            node_id=node.public_id,
+            details={"over": spec.over, "items": len(value), "limit": limit},
+        )
+    return value
 
 
 def resumed_activations(
@@ -322,7 +427,7 @@ def resumed_activations(
     """Parked attempts, identity copied from their task records; config and policies come
     from the graph again."""
     out: list[Activation] = []
-    for task in sorted(tasks, key=lambda t: (t.node_id, t.task_id)):
+    for task in sorted(tasks, key=lambda t: work_order(t.node_id, t.task_id)):
         node = rtg.nodes.get(task.node_id)
         if node is None:
             return UnusableRun(
@@ -350,6 +455,7 @@ def resumed_activations(
                 timeout_ms=policy[0],
                 retry=policy[1],
                 failures=task.failures,
+                item_index=item_index(task.task_id),
             )
         )
     return tuple(out)

@@ -26,7 +26,7 @@ from docket.core.finish import AttemptFailure, node_failed_entry, superstep_fail
 from docket.core.interrupts import duplicate_ids, request_from_interrupt
 from docket.core.moment import Moment, Park, ParkReason, propose
 from docket.core.outcomes import Completed, Failed, Interrupted, TaskOutcome, format_reason
-from docket.core.plan import Activation, Dispatch
+from docket.core.plan import Activation, Dispatch, work_order
 from docket.graph.compiler import RuntimeGraph
 from docket.graph.reducers import RejectedUpdate, validate_update
 from docket.proposals import At
@@ -101,7 +101,8 @@ def settle(
             value=value,
         )
 
-    activations = sorted(dispatch.activations, key=lambda a: a.node_id)
+    writes.extend(dispatch.settled)
+    activations = sorted(dispatch.activations, key=lambda a: work_order(a.node_id, a.task_id))
     for activation in activations:
         outcome = by_task.get(activation.task_id) or _lost(activation)
         match outcome:
@@ -147,7 +148,7 @@ def settle(
                 )
 
     if permanent:
-        permanent.sort(key=lambda f: f.node_id)
+        permanent.sort(key=lambda f: work_order(f.node_id, f.task_id))
         return superstep_failure(run, [f for _, f in retried], permanent, now, writes)
     dispatched = {a.task_id for a in activations}
     if retried or any(t not in dispatched for t in run.active_tasks):
@@ -155,6 +156,10 @@ def settle(
     return commit_barrier(
         rtg, run, [*run.pending_writes, *writes], now, ids, fields=fields, inputs=inputs
     )
+
+
+def _write_order(write: PendingWrite) -> tuple[str, int]:
+    return work_order(write.node_id, write.task_id)
 
 
 def _retry_park(
@@ -185,12 +190,12 @@ def _retry_park(
         )
         fires_at = now + timedelta(milliseconds=activation.retry.backoff_ms)
         timers[activation.task_id] = TimerState(kind=TIMER_RETRY, fires_at=fires_at)
-    new_writes = sorted(writes, key=lambda w: w.node_id)
+    new_writes = sorted(writes, key=_write_order)
     parked = attrs.evolve(
         run,
         active_tasks=dict(sorted(tasks.items())),
         timers=dict(sorted(timers.items())),
-        pending_writes=tuple(sorted((*run.pending_writes, *new_writes), key=lambda w: w.node_id)),
+        pending_writes=tuple(sorted((*run.pending_writes, *new_writes), key=_write_order)),
         updated_at=now,
     )
     entries = [node_failed_entry(f, run.step, permanent=False) for _, f in retried]

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Self
 
 from docket.graph.guards import Guard
+from docket.graph.maps import MapSpec
 from docket.graph.model import Graph, GraphError, GraphErrorCode, new_graph
 from docket.graph.nodes import RetryPolicy
 from docket.values import JSONDict, JSONValue
@@ -137,11 +138,14 @@ class GraphBuilder:
         metadata: Mapping[str, JSONValue] | None = None,
         inputs: Mapping[str, object] | None = None,
         fields: Mapping[str, object] | None = None,
+        map: MapSpec | Mapping[str, JSONValue] | None = None,
     ) -> Self:
         """Declare a node running the registered ``implementation``.
 
         ``retry`` and ``timeout_ms`` are stored as node policies; giving them in
         ``policies`` as well is an error. ``inputs``/``fields`` declare fields inline.
+        ``map`` runs the node once per item of a list (a :class:`MapSpec` or its
+        document form, ``{"over": ..., "as": ...}``; see :mod:`docket.graph.maps`).
         """
         self._fresh("node", node_id, node_id in self._graph.nodes)
         if policies is not None and not isinstance(policies, Mapping):
@@ -172,6 +176,7 @@ class GraphBuilder:
             metadata=metadata,
             inputs=inputs,
             fields=fields,
+            map=map.to_json() if isinstance(map, MapSpec) else map,
         )
         return self
 

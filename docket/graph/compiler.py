@@ -47,6 +47,7 @@ from typing import Final, cast
 import attrs
 
 from docket.graph.guards import Guard, GuardProblemCode, guard_problems, guard_strings
+from docket.graph.maps import MapSpec, map_problems, parse_map
 from docket.graph.model import (
     FINISH,
     START,
@@ -163,6 +164,7 @@ class RuntimeNode:
     outgoing_edges: tuple[str, ...]
     policies: NodePolicies
     metadata: JSONDict = attrs.field(factory=dict)
+    map: MapSpec | None = None  # one task per item of a list (docket.graph.maps)
 
 
 @attrs.frozen
@@ -761,6 +763,17 @@ class _Validator:
                     )
             for key, message in node_policies(node.policies)[1]:
                 self.add(C.INVALID_POLICY, (*path, "policies", key), f"node {node_id!r}: {message}")
+            if node.map:
+                for key, message in map_problems(node.map, self.list_typed()):
+                    self.add(C.INVALID_MAP, (*path, "map", key), f"node {node_id!r}: {message}")
+
+    def list_typed(self) -> dict[str, bool]:
+        """Each input and field ID -> whether its schema is a list (a map's ``over``)."""
+        out: dict[str, bool] = {}
+        for record in (*self.g.inputs.values(), *self.g.fields.values()):
+            schema = record.schema
+            out[record.id] = isinstance(schema, Schema) and schema.type is SchemaType.LIST
+        return out
 
     # E -----------------------------------------------------------------------------------------
 
@@ -954,7 +967,7 @@ class _Validator:
             if edge.guard is not None:
                 named |= guard_strings(edge.guard)
         for node in g.nodes.values():
-            named |= _strings(node.config)
+            named |= _strings(node.config) | _strings(node.map.get("over"))
         for field_id in _sorted(g.fields):
             if field_id not in named:
                 self.add(
@@ -1166,6 +1179,7 @@ def _lower(
             tuple(sorted(outgoing[node_id])),
             node_policies(node.policies)[0],
             dict(node.metadata),
+            parse_map(node.map),
         )
         p2r["nodes"][node_id], r2p[rid] = rid, ("node", node_id)
     outputs: dict[str, RuntimeOutput] = {}

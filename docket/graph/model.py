@@ -109,6 +109,7 @@ class DiagnosticCode(StrEnum):
     UNKNOWN_IMPLEMENTATION = "unknown_implementation"
     INVALID_NODE_CONFIG_SCHEMA = "invalid_node_config_schema"
     INVALID_NODE_CONFIG = "invalid_node_config"
+    INVALID_MAP = "invalid_map"
     INVALID_FINISH_ENDPOINT = "invalid_finish_endpoint"
     INVALID_START_ENDPOINT = "invalid_start_endpoint"
     UNKNOWN_EDGE_SOURCE = "unknown_edge_source"
@@ -329,6 +330,9 @@ class Node:
     label: str | None = None
     description: str | None = None
     metadata: JSONDict = attrs.field(factory=dict, converter=_json_map)
+    # ``{"over": field, "as": name, "max_items": n, "max_parallel": k}``: one task per
+    # item of the list ``over`` (docs/graphs.md, maps); kept as data, checked by the compiler.
+    map: JSONDict = attrs.field(factory=dict, converter=_json_map)
 
 
 @attrs.frozen
@@ -364,7 +368,16 @@ _FIELD_ATTRS: Final = frozenset(
 )
 _OUTPUT_ATTRS: Final = frozenset({"source", "schema", "label", "description", "metadata"})
 _NODE_ATTRS: Final = frozenset(
-    {"implementation", "config", "policies", "branches", "label", "description", "metadata"}
+    {
+        "implementation",
+        "config",
+        "policies",
+        "branches",
+        "label",
+        "description",
+        "metadata",
+        "map",
+    }
 )
 _EDGE_ATTRS: Final = frozenset(
     {
@@ -543,6 +556,7 @@ class Graph:
         metadata: Mapping[str, JSONValue] | None = None,
         inputs: Mapping[str, object] | None = None,
         fields: Mapping[str, object] | None = None,
+        map: Mapping[str, JSONValue] | None = None,
     ) -> Graph:
         """Declare (or replace) a node.
 
@@ -561,6 +575,7 @@ class Graph:
                 "label": label,
                 "description": description,
                 "metadata": {} if metadata is None else metadata,
+                "map": {} if map is None else map,
             },
         )
         graph = self
@@ -889,6 +904,7 @@ def _make_node(node_id: str, values: Mapping[str, object]) -> Node:
         label=cast("str | None", values.get("label")),
         description=cast("str | None", values.get("description")),
         metadata=_durable_map(values.get("metadata", {}), (*where, "metadata")),
+        map=_durable_map(values.get("map", {}), (*where, "map")),
     )
 
 

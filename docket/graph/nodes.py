@@ -39,7 +39,7 @@ import attrs
 
 from docket.graph.model import GraphError, GraphErrorCode, implementation_name_problem
 from docket.graph.schema import Schema
-from docket.records import idempotency_key, task_id
+from docket.records import idempotency_key, item_task_id, task_id
 from docket.values import JSONDict, JSONValue
 
 __all__ = [
@@ -86,10 +86,15 @@ class NodeContext:
     application: Mapping[str, object] = attrs.field(factory=dict)
     deadline: datetime | None = None
     timeout_ms: int | None = None
+    #: For an item of a map node: its index in the list, and the item (also in the state
+    #: under the map's ``as`` name); ``None`` for any other node.
+    item_index: int | None = None
+    item: JSONValue = None
 
     @property
     def task_id(self) -> str:
-        return task_id(self.run_id, self.step, self.node_id)
+        task = task_id(self.run_id, self.step, self.node_id)
+        return task if self.item_index is None else item_task_id(task, self.item_index)
 
     @property
     def idempotency_key(self) -> str:

@@ -500,8 +500,12 @@ def commit_step(
     inputs: Collection[str],
     committed: Mapping[str, JSONValue],
     updates: Mapping[str, object],
+    order: Sequence[str] | None = None,
 ) -> StepCommit | StepRejected:
     """Commit one superstep's updates (node id -> returned update).
+
+    ``order`` lists the writers in the order their writes fold (the barrier passes a map's
+    items in item order); by default they are sorted by node id.
 
     ``committed`` holds the values of the state channels written before (a missing key means
     never written). Each update is checked with ``validate_update``. Writers are sorted by
@@ -513,7 +517,7 @@ def commit_step(
     """
     errors: dict[str, list[str]] = {}
     grouped: dict[str, list[tuple[str, JSONValue]]] = {}
-    for node_id in sorted(updates):
+    for node_id in sorted(updates) if order is None else order:
         result = validate_update(node_id, updates[node_id], fields, inputs)
         if isinstance(result, RejectedUpdate):
             errors[node_id] = list(result.reasons)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from docket.graph.guards import Guard, GuardOp
 from docket.graph.model import FINISH, START, Edge, Graph
+from docket.values import JSONDict
 
 __all__ = ["guard_text", "to_dot", "to_mermaid"]
 
@@ -97,7 +98,18 @@ def _node_text(graph: Graph, node_id: str, newline: str) -> str:
         return f"{node_id}{newline}(undeclared)"
     lines = [node_id if not node.label else f"{node.label} ({node_id})"]
     lines.append(node.implementation or "(no implementation)")
+    if node.map:
+        lines.append(_map_text(node.map))
     return newline.join(lines)
+
+
+def _map_text(spec: JSONDict) -> str:
+    """``map: each <as> in <over>`` and its limits (drawn even when malformed)."""
+    text = f"map: each {spec.get('as')} in {spec.get('over')}"
+    limits = [
+        f"{key} {_literal(spec[key])}" for key in ("max_items", "max_parallel") if key in spec
+    ]
+    return text + (f" ({', '.join(limits)})" if limits else "")
 
 
 def _walk(

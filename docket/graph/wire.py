@@ -82,7 +82,7 @@ _FIELD_KEYS: Final = frozenset(
 )
 _OUTPUT_KEYS: Final = frozenset({"source", "label", "description", "schema", "metadata"})
 _NODE_KEYS: Final = frozenset(
-    {"implementation", "label", "description", "branches", "config", "policies", "metadata"}
+    {"implementation", "label", "description", "branches", "config", "policies", "metadata", "map"}
 )
 _EDGE_KEYS: Final = frozenset(
     {
@@ -351,6 +351,7 @@ def _write_node(record: object, path: Path) -> JSONDict:
     _put_map(doc, "config", node.config, path)
     _put_map(doc, "policies", node.policies, path)
     _put_map(doc, "metadata", node.metadata, path)
+    _put_map(doc, "map", node.map, path)
     return doc
 
 
@@ -683,6 +684,7 @@ class _Loader:
             label=self.text(doc, "label", path),
             description=self.text(doc, "description", path),
             metadata=self.open_map(doc, "metadata", path),
+            map=self.open_map(doc, "map", path),
         )
 
     def branches(self, doc: Mapping[str, object], path: Path) -> dict[str, tuple[str, ...]]:

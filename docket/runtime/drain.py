@@ -138,6 +138,7 @@ def host_limits(settings: Settings) -> HostLimits:
         max_supersteps=settings.max_supersteps,
         max_attempt_ms=settings.max_attempt_ms,
         default_timeout_ms=settings.node_timeout_ms,
+        max_map_items=settings.max_map_items,
     )
 
 

@@ -15,6 +15,10 @@ activation and the caller never sees the node's exception:
 - a return value that is not a dict, ``Update``, ``Interrupt`` or ``Failure`` is the
   permanent failure ``invalid_node_return``.
 
+The items of a map node (``docket.graph.maps``) are activations like any other; a map's
+``max_parallel`` bounds how many of its items run at once here (the rest wait their turn,
+in item order), and each item's context carries ``item_index`` and ``item``.
+
 Cancelling the caller cancels every in-flight async node (the tasks are awaited together).
 A sync node that times out or is cancelled cannot be stopped: Python threads cannot be
 killed, so it keeps running in its thread until it returns, and its result is dropped.
@@ -28,7 +32,7 @@ import contextvars
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime, timedelta
 
@@ -42,10 +46,11 @@ from docket.core.outcomes import (
     format_reason,
 )
 from docket.core.plan import Activation
-from docket.core.state import copy_dict
+from docket.core.state import copy_dict, copy_json
 from docket.graph.compiler import RuntimeGraph, RuntimeNode
 from docket.graph.nodes import NodeContext
 from docket.telemetry import Metadata, Telemetry, log_context, outcome_metadata
+from docket.values import JSONValue
 
 __all__ = ["execute", "execute_one", "node_threads"]
 
@@ -127,6 +132,8 @@ async def _attempt(
         application=application or {},
         deadline=clock() + timedelta(milliseconds=timeout_ms),
         timeout_ms=timeout_ms,
+        item_index=activation.item_index,
+        item=_item(node, activation),
     )
     state = copy_dict(activation.snapshot)
     fn = node.definition.fn
@@ -151,6 +158,17 @@ async def _attempt(
     return classify_return(activation.task_id, activation.node_id, activation.attempt, value)
 
 
+def _item(node: RuntimeNode, activation: Activation) -> JSONValue:
+    if activation.item_index is None or node.map is None:
+        return None
+    return copy_json(activation.snapshot.get(node.map.item))
+
+
+async def _bounded(gate: asyncio.Semaphore, work: Awaitable[TaskOutcome]) -> TaskOutcome:
+    async with gate:
+        return await work
+
+
 async def execute(
     rtg: RuntimeGraph,
     activations: Sequence[Activation],
@@ -166,6 +184,7 @@ async def execute(
     """
     if not activations:
         return ()
+    gates: dict[str, asyncio.Semaphore] = {}  # per map node with max_parallel
     jobs: list[asyncio.Future[TaskOutcome]] = []
     for activation in activations:
         node = rtg.nodes.get(activation.node_id)
@@ -182,6 +201,10 @@ async def execute(
             threads=threads,
             telemetry=telemetry,
         )
+        limit = node.map.max_parallel if node.map is not None else None
+        if limit is not None:
+            gate = gates.setdefault(node.id, asyncio.Semaphore(limit))
+            coro = _bounded(gate, coro)
         jobs.append(asyncio.ensure_future(coro))
     results = await asyncio.gather(*jobs, return_exceptions=True)
     outcomes: list[TaskOutcome] = []

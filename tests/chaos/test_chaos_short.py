@@ -101,3 +101,19 @@ def test_the_campaign_reports_a_wrong_output_and_an_unexplained_re_execution() -
     assert "VIOLATION chaos-00003: output" in stdout
     assert "chaos-00005:0:a attempt 1: executed by" in stdout
     assert "with no kill or restart to explain it" in stdout
+
+
+def test_the_campaign_reports_a_map_item_whose_result_landed_twice() -> None:
+    """The negative control of the map check: one item's result lands twice."""
+    env = dict(os.environ, DOCKET_CHAOS_SABOTAGE="map_twice")
+    proc = _campaign(
+        *("--backend", "sqlite", "--workers", "2", "--runs", "8", "--min-kills", "0"),
+        *("--kill-interval", "600", "--timeout", "120"),
+        env=env,
+    )
+    stdout, _ = proc.communicate(timeout=200)
+    assert proc.returncode == 1, stdout[-6000:]
+    match = LAST_LINE.fullmatch(stdout.strip().splitlines()[-1])
+    assert match is not None, stdout[-3000:]
+    assert (match["completed"], match["wrong_outputs"]) == ("8", "1")
+    assert "VIOLATION chaos-00006: output" in stdout
