@@ -35,13 +35,14 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.shapes import NODES, SHAPES, docket_graph, langgraph_app
+from bench.shapes import NODES, SHAPES, SUPERSTEPS, docket_graph, langgraph_app
 from docket.graph.compiler import compile_graph
 from docket.records import RunStatus
 from docket.testing import run_inline_async
 
 CONTENDERS = ("docket", "langgraph", "langgraph_inmemorysaver")
-EXPECTED_CHECKPOINTS = {"single_node": 3, "chain_10": 12, "fanout_8": 3}
+# the start, one checkpoint per superstep, and the finish
+EXPECTED_CHECKPOINTS = {shape: SUPERSTEPS[shape] + 2 for shape in SHAPES}
 
 
 Runner = Callable[[], Awaitable[None]]

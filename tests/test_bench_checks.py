@@ -219,3 +219,11 @@ def test_lines_name_every_peer_and_the_variant_that_set_each_ceiling(tmp_path: P
         "(best raw 2000/s: sqlite 1 thread, 8/txn (savepoint each))"
     ) in lines
     assert "ceiling sqlite 8 docket/one_per_txn=1.250" in lines
+
+
+def test_the_in_memory_section_knows_every_shape() -> None:
+    # `compare.py --sections inmemory` runs every shape; one missing here crashed it
+    from bench.inline import EXPECTED_CHECKPOINTS
+    from bench.shapes import SHAPES
+
+    assert set(EXPECTED_CHECKPOINTS) == set(SHAPES)
