@@ -21,6 +21,7 @@ from docket.clock import ManualClock
 from docket.contract import (
     AbandonPolicy,
     Backoff,
+    ClaimBatch,
     ClaimPolicy,
     InitProposal,
     Poisoned,
@@ -30,7 +31,7 @@ from docket.contract.errors import POISON_MAX_ABANDONS
 from docket.contract.memory import MemoryBackend
 from docket.contract.protocols import STORE_PROTOCOLS
 from docket.contract.registry import BackendFactory
-from docket.records import TENANTLESS, GraphRef, Run, RunStatus
+from docket.records import TENANTLESS, GraphRef, Run, RunInfo, RunStatus
 from docket.values import JSONDict, content_hash
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +107,8 @@ async def _claimed(backend: MemoryBackend, now: datetime) -> str:
     batch = await backend.runs.claim_due(
         ClaimPolicy(limit=1, orphan_ttl=timedelta(seconds=60), max_claim_attempts=9, now=now)
     )
-    return batch.leases[0].claim_token  # type: ignore[union-attr]
+    assert isinstance(batch, ClaimBatch), batch
+    return batch.leases[0].claim_token
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -148,7 +150,8 @@ def test_the_hand_back_table_is_what_the_reference_does(n: int) -> None:
         got = await backend.runs.abandon_claim(TENANTLESS, "r", token, policy)
         assert got == Poisoned(now, POISON_MAX_ABANDONS)
         info = await backend.runs.inspect_run(TENANTLESS, "r")
-        assert (info.claim_abandons, info.claim_attempts) == (n, 0)  # type: ignore[union-attr]
+        assert isinstance(info, RunInfo), info
+        assert (info.claim_abandons, info.claim_attempts) == (n, 0)
         await backend.runs.retry_poisoned_run(TENANTLESS, "r", now)
         backoff = Backoff(base=timedelta(seconds=1), cap=timedelta(seconds=5))
         delays = []
