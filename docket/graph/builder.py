@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Self
 
+from docket.graph.children import ChildSpec
 from docket.graph.guards import Guard
 from docket.graph.maps import MapSpec
 from docket.graph.model import Graph, GraphError, GraphErrorCode, new_graph
@@ -126,7 +127,7 @@ class GraphBuilder:
     def node(
         self,
         node_id: str,
-        implementation: str,
+        implementation: str | None = None,
         *,
         config: Mapping[str, JSONValue] | None = None,
         retry: RetryPolicy | None = None,
@@ -139,8 +140,11 @@ class GraphBuilder:
         inputs: Mapping[str, object] | None = None,
         fields: Mapping[str, object] | None = None,
         map: MapSpec | Mapping[str, JSONValue] | None = None,
+        child: ChildSpec | Mapping[str, JSONValue] | None = None,
     ) -> Self:
-        """Declare a node running the registered ``implementation``.
+        """Declare a node running the registered ``implementation``, or, with ``child``
+        and no implementation, a node running another graph as a child run (a
+        :class:`ChildSpec` or its document form; see :mod:`docket.graph.children`).
 
         ``retry`` and ``timeout_ms`` are stored as node policies; giving them in
         ``policies`` as well is an error. ``inputs``/``fields`` declare fields inline.
@@ -177,6 +181,7 @@ class GraphBuilder:
             inputs=inputs,
             fields=fields,
             map=map.to_json() if isinstance(map, MapSpec) else map,
+            child=child.to_json() if isinstance(child, ChildSpec) else child,
         )
         return self
 

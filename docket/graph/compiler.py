@@ -47,6 +47,13 @@ from typing import Final, cast
 import attrs
 
 from docket.graph.guards import Guard, GuardProblemCode, guard_problems, guard_strings
+from docket.graph.children import (
+    CHILD_IMPLEMENTATION,
+    ChildSpec,
+    child_definition,
+    child_problems,
+    parse_child,
+)
 from docket.graph.maps import MapSpec, map_problems, parse_map
 from docket.graph.model import (
     FINISH,
@@ -165,6 +172,7 @@ class RuntimeNode:
     policies: NodePolicies
     metadata: JSONDict = attrs.field(factory=dict)
     map: MapSpec | None = None  # one task per item of a list (docket.graph.maps)
+    child: ChildSpec | None = None  # runs another graph as a child run (docket.graph.children)
 
 
 @attrs.frozen
@@ -730,7 +738,9 @@ class _Validator:
             path = ("nodes", node_id)
             at = (*path, "implementation")
             contract = None
-            if node.implementation is None:
+            if node.child:
+                self.child(node_id, node.child, node.map, node.implementation, node.config)
+            elif node.implementation is None:
                 self.add(
                     C.MISSING_NODE_IMPLEMENTATION, at, f"node {node_id!r} has no implementation"
                 )
@@ -766,6 +776,36 @@ class _Validator:
             if node.map:
                 for key, message in map_problems(node.map, self.list_typed()):
                     self.add(C.INVALID_MAP, (*path, "map", key), f"node {node_id!r}: {message}")
+
+    def child(
+        self,
+        node_id: str,
+        raw: JSONDict,
+        mapping: JSONDict,
+        implementation: str | None,
+        config: JSONDict,
+    ) -> None:
+        """A child node runs a graph, not an implementation (docket.graph.children)."""
+        path = ("nodes", node_id)
+        if implementation is not None:
+            self.add(
+                C.INVALID_CHILD,
+                (*path, "implementation"),
+                f"node {node_id!r} runs a child graph, so it takes no implementation",
+            )
+        if config:
+            self.add(
+                C.INVALID_CHILD,
+                (*path, "config"),
+                f"node {node_id!r} runs a child graph, so it takes no config",
+            )
+        readable = dict.fromkeys((*self.g.inputs, *self.g.fields), True)
+        item = mapping.get("as")
+        if isinstance(item, str):
+            readable[item] = True
+        state = frozenset(self.g.fields)
+        for key, message in child_problems(raw, readable, state):
+            self.add(C.INVALID_CHILD, (*path, "child", key), f"node {node_id!r}: {message}")
 
     def list_typed(self) -> dict[str, bool]:
         """Each input and field ID -> whether its schema is a list (a map's ``over``)."""
@@ -968,6 +1008,9 @@ class _Validator:
                 named |= guard_strings(edge.guard)
         for node in g.nodes.values():
             named |= _strings(node.config) | _strings(node.map.get("over"))
+            named |= _strings(node.child.get("input"))
+            written = node.child.get("output")
+            named |= set(written) if isinstance(written, dict) else set()
         for field_id in _sorted(g.fields):
             if field_id not in named:
                 self.add(
@@ -1168,18 +1211,21 @@ def _lower(
     for node_id in _sorted(g.nodes):
         node = g.nodes[node_id]
         rid = f"node:{node_id}"
-        implementation = cast(str, node.implementation)  # validated: present and registered
+        child = parse_child(node.child)
+        # validated: present and registered, or a child node (which has none)
+        implementation = CHILD_IMPLEMENTATION if child else cast(str, node.implementation)
         nodes[node_id] = RuntimeNode(
             rid,
             node_id,
             implementation,
-            cast(NodeDefinition, registry.get(implementation)),
+            child_definition() if child else cast(NodeDefinition, registry.get(implementation)),
             dict(node.config),
             tuple(sorted(subscribe[node_id])),
             tuple(sorted(outgoing[node_id])),
             node_policies(node.policies)[0],
             dict(node.metadata),
             parse_map(node.map),
+            child,
         )
         p2r["nodes"][node_id], r2p[rid] = rid, ("node", node_id)
     outputs: dict[str, RuntimeOutput] = {}

@@ -110,6 +110,7 @@ class DiagnosticCode(StrEnum):
     INVALID_NODE_CONFIG_SCHEMA = "invalid_node_config_schema"
     INVALID_NODE_CONFIG = "invalid_node_config"
     INVALID_MAP = "invalid_map"
+    INVALID_CHILD = "invalid_child"
     INVALID_FINISH_ENDPOINT = "invalid_finish_endpoint"
     INVALID_START_ENDPOINT = "invalid_start_endpoint"
     UNKNOWN_EDGE_SOURCE = "unknown_edge_source"
@@ -333,6 +334,9 @@ class Node:
     # ``{"over": field, "as": name, "max_items": n, "max_parallel": k}``: one task per
     # item of the list ``over`` (docs/graphs.md, maps); kept as data, checked by the compiler.
     map: JSONDict = attrs.field(factory=dict, converter=_json_map)
+    # ``{"graph": id, "hash": h, "input": {...}, "output": {...}}``: run another graph as a
+    # child run instead of an implementation (docs/graphs.md, child runs).
+    child: JSONDict = attrs.field(factory=dict, converter=_json_map)
 
 
 @attrs.frozen
@@ -377,6 +381,7 @@ _NODE_ATTRS: Final = frozenset(
         "description",
         "metadata",
         "map",
+        "child",
     }
 )
 _EDGE_ATTRS: Final = frozenset(
@@ -557,6 +562,7 @@ class Graph:
         inputs: Mapping[str, object] | None = None,
         fields: Mapping[str, object] | None = None,
         map: Mapping[str, JSONValue] | None = None,
+        child: Mapping[str, JSONValue] | None = None,
     ) -> Graph:
         """Declare (or replace) a node.
 
@@ -576,6 +582,7 @@ class Graph:
                 "description": description,
                 "metadata": {} if metadata is None else metadata,
                 "map": {} if map is None else map,
+                "child": {} if child is None else child,
             },
         )
         graph = self
@@ -905,6 +912,7 @@ def _make_node(node_id: str, values: Mapping[str, object]) -> Node:
         description=cast("str | None", values.get("description")),
         metadata=_durable_map(values.get("metadata", {}), (*where, "metadata")),
         map=_durable_map(values.get("map", {}), (*where, "map")),
+        child=_durable_map(values.get("child", {}), (*where, "child")),
     )
 
 

@@ -97,7 +97,10 @@ def _node_text(graph: Graph, node_id: str, newline: str) -> str:
     if node is None:
         return f"{node_id}{newline}(undeclared)"
     lines = [node_id if not node.label else f"{node.label} ({node_id})"]
-    lines.append(node.implementation or "(no implementation)")
+    if node.child:
+        lines.append(f"child run: {node.child.get('graph')}")
+    else:
+        lines.append(node.implementation or "(no implementation)")
     if node.map:
         lines.append(_map_text(node.map))
     return newline.join(lines)

@@ -82,7 +82,8 @@ _FIELD_KEYS: Final = frozenset(
 )
 _OUTPUT_KEYS: Final = frozenset({"source", "label", "description", "schema", "metadata"})
 _NODE_KEYS: Final = frozenset(
-    {"implementation", "label", "description", "branches", "config", "policies", "metadata", "map"}
+    {"implementation", "label", "description", "branches", "config", "policies", "metadata", "map",
+     "child"}
 )
 _EDGE_KEYS: Final = frozenset(
     {
@@ -352,6 +353,7 @@ def _write_node(record: object, path: Path) -> JSONDict:
     _put_map(doc, "policies", node.policies, path)
     _put_map(doc, "metadata", node.metadata, path)
     _put_map(doc, "map", node.map, path)
+    _put_map(doc, "child", node.child, path)
     return doc
 
 
@@ -685,6 +687,7 @@ class _Loader:
             description=self.text(doc, "description", path),
             metadata=self.open_map(doc, "metadata", path),
             map=self.open_map(doc, "map", path),
+            child=self.open_map(doc, "child", path),
         )
 
     def branches(self, doc: Mapping[str, object], path: Path) -> dict[str, tuple[str, ...]]:
