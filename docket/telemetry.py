@@ -44,7 +44,7 @@ from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar, assert_ne
 import attrs
 
 from docket.contract.grouping import commit_claimed_in_order
-from docket.core.outcomes import Completed, Failed, Interrupted, TaskOutcome
+from docket.core.outcomes import AwaitingChild, Completed, Failed, Interrupted, TaskOutcome
 from docket.errors import InvalidOptions
 from docket.records import Checkpoint, EventType
 
@@ -499,6 +499,8 @@ def outcome_metadata(outcome: TaskOutcome) -> Metadata:
             return {"outcome": "interrupted"}
         case Failed(retryable=retryable, reason=reason):
             return {"outcome": "failed" if retryable else "failed_permanently", "reason": reason}
+        case AwaitingChild(child_run_id=child_run_id):
+            return {"outcome": "awaiting_child", "reason": f"child run {child_run_id}"}
         case _:
             assert_never(outcome)
 

@@ -56,6 +56,7 @@ __all__ = [
 
 class ParkReason(StrEnum):
     RETRY_BACKOFF = "retry_backoff"
+    CHILD_RUNNING = "child_running"  # only child runs are awaited (no retry backoff)
     AWAITING_INTERRUPTS = "awaiting_interrupts"
     RUN_COMPLETED = "run_completed"
     RUN_FAILED = "run_failed"

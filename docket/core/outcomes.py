@@ -12,6 +12,7 @@ node's ``Failure`` carried (``details``), both bounded (:mod:`docket.core.captur
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TypeAlias
 
 import attrs
@@ -27,6 +28,7 @@ from docket.graph.nodes import Failure, Interrupt, Update
 from docket.values import JSONDict
 
 __all__ = [
+    "AwaitingChild",
     "Completed",
     "Failed",
     "Interrupted",
@@ -73,7 +75,19 @@ class Failed:
     details: JSONDict | None = None
 
 
-TaskOutcome: TypeAlias = Completed | Interrupted | Failed
+@attrs.frozen(kw_only=True)
+class AwaitingChild:
+    """A child node's attempt is waiting for its child run (``child_run_id``, derived by
+    the runtime); the parent parks it and looks again at ``check_at`` at the latest."""
+
+    task_id: str
+    node_id: str
+    attempt: int
+    child_run_id: str
+    check_at: datetime
+
+
+TaskOutcome: TypeAlias = Completed | Interrupted | Failed | AwaitingChild
 
 
 def format_reason(kind: str, detail: str | None = None) -> str:

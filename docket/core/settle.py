@@ -24,16 +24,26 @@ import attrs
 from docket.core.barrier import commit_barrier
 from docket.core.finish import AttemptFailure, node_failed_entry, superstep_failure
 from docket.core.interrupts import duplicate_ids, request_from_interrupt
-from docket.core.moment import Moment, Park, ParkReason, propose
-from docket.core.outcomes import Completed, Failed, Interrupted, TaskOutcome, format_reason
+from docket.core.moment import Entry, Moment, Park, ParkReason, propose
+from docket.core.outcomes import (
+    AwaitingChild,
+    Completed,
+    Failed,
+    Interrupted,
+    TaskOutcome,
+    format_reason,
+)
 from docket.core.plan import Activation, Dispatch, work_order
 from docket.graph.compiler import RuntimeGraph
 from docket.graph.reducers import RejectedUpdate, validate_update
 from docket.proposals import At
 from docket.records import (
+    TASK_CHILD_RUNNING,
     TASK_RETRY_SCHEDULED,
+    TIMER_CHILD,
     TIMER_RETRY,
     CheckpointType,
+    EventType,
     PendingWrite,
     Run,
     TaskFailure,
@@ -79,6 +89,7 @@ def settle(
     writes: list[PendingWrite] = []
     retried: list[tuple[Activation, AttemptFailure]] = []
     permanent: list[AttemptFailure] = []
+    awaiting: list[tuple[Activation, AwaitingChild]] = []
 
     def failure(
         activation: Activation, reason: str, failed: Failed | None = None
@@ -125,6 +136,8 @@ def settle(
                     retried.append((activation, failure(activation, reason, outcome)))
                 else:
                     permanent.append(failure(activation, reason, outcome))
+            case AwaitingChild():
+                awaiting.append((activation, outcome))
             case _:
                 assert_never(outcome)
 
@@ -151,8 +164,8 @@ def settle(
         permanent.sort(key=lambda f: work_order(f.node_id, f.task_id))
         return superstep_failure(run, [f for _, f in retried], permanent, now, writes)
     dispatched = {a.task_id for a in activations}
-    if retried or any(t not in dispatched for t in run.active_tasks):
-        return _retry_park(run, dispatched, writes, retried, now)
+    if retried or awaiting or any(t not in dispatched for t in run.active_tasks):
+        return _retry_park(run, dispatched, writes, retried, awaiting, now)
     return commit_barrier(
         rtg, run, [*run.pending_writes, *writes], now, ids, fields=fields, inputs=inputs
     )
@@ -167,10 +180,40 @@ def _retry_park(
     dispatched: set[str],
     writes: Sequence[PendingWrite],
     retried: Sequence[tuple[Activation, AttemptFailure]],
+    awaiting: Sequence[tuple[Activation, AwaitingChild]],
     now: datetime,
 ) -> Moment:
     tasks = {k: t for k, t in run.active_tasks.items() if k not in dispatched}
     timers = {k: t for k, t in run.timers.items() if k not in dispatched}
+    started: list[Entry] = []
+    for activation, waiting in awaiting:
+        before = run.active_tasks.get(activation.task_id)
+        known = before is not None and before.metadata.get("child_run_id") == waiting.child_run_id
+        tasks[activation.task_id] = TaskState(
+            task_id=activation.task_id,
+            node_id=activation.node_id,
+            step=activation.step,
+            attempt=activation.attempt,
+            status=TASK_CHILD_RUNNING,
+            input_hash=activation.input_hash,
+            idempotency_key=activation.idempotency_key,
+            snapshot=activation.snapshot,
+            source_versions=dict(activation.source_versions),
+            started_at=before.started_at if known and before is not None else now,
+            failures=activation.failures,
+            metadata={"child_run_id": waiting.child_run_id},
+        )
+        timers[activation.task_id] = TimerState(kind=TIMER_CHILD, fires_at=waiting.check_at)
+        if not known:
+            started.append(
+                Entry(
+                    type=EventType.CHILD_STARTED,
+                    step=activation.step,
+                    node_id=activation.node_id,
+                    task_id=activation.task_id,
+                    payload={"child_run_id": waiting.child_run_id, "attempt": activation.attempt},
+                )
+            )
     for activation, failed in retried:
         attempt = activation.attempt + 1
         tasks[activation.task_id] = TaskState(
@@ -199,12 +242,14 @@ def _retry_park(
         updated_at=now,
     )
     entries = [node_failed_entry(f, run.step, permanent=False) for _, f in retried]
+    entries.extend(started)
     wake = At(min(t.fires_at for t in parked.timers.values()))
+    retrying = any(t.kind == TIMER_RETRY for t in parked.timers.values())
     return propose(
         parked,
         CheckpointType.RETRY_SCHEDULED,
         entries,
-        Park(wake, ParkReason.RETRY_BACKOFF),
+        Park(wake, ParkReason.RETRY_BACKOFF if retrying else ParkReason.CHILD_RUNNING),
         now,
         new_writes=new_writes,
     )

@@ -111,7 +111,9 @@ def child_problems(
         out.append(("graph", f"child.graph must be a graph ID, got {graph!r}"))
     digest = raw.get("hash")
     if digest is not None and (not isinstance(digest, str) or not digest):
-        out.append(("hash", f"child.hash must be a graph hash (a non-empty string), got {digest!r}"))
+        out.append(
+            ("hash", f"child.hash must be a graph hash (a non-empty string), got {digest!r}")
+        )
     out.extend(_string_map_problems(raw.get("input"), "input", readable, "a parent name"))
     for inner, source in sorted(_mapping(raw.get("input")).items()):
         if source and source not in readable:

@@ -46,7 +46,6 @@ from typing import Final, cast
 
 import attrs
 
-from docket.graph.guards import Guard, GuardProblemCode, guard_problems, guard_strings
 from docket.graph.children import (
     CHILD_IMPLEMENTATION,
     ChildSpec,
@@ -54,6 +53,7 @@ from docket.graph.children import (
     child_problems,
     parse_child,
 )
+from docket.graph.guards import Guard, GuardProblemCode, guard_problems, guard_strings
 from docket.graph.maps import MapSpec, map_problems, parse_map
 from docket.graph.model import (
     FINISH,

@@ -82,8 +82,17 @@ _FIELD_KEYS: Final = frozenset(
 )
 _OUTPUT_KEYS: Final = frozenset({"source", "label", "description", "schema", "metadata"})
 _NODE_KEYS: Final = frozenset(
-    {"implementation", "label", "description", "branches", "config", "policies", "metadata", "map",
-     "child"}
+    {
+        "implementation",
+        "label",
+        "description",
+        "branches",
+        "config",
+        "policies",
+        "metadata",
+        "map",
+        "child",
+    }
 )
 _EDGE_KEYS: Final = frozenset(
     {

@@ -54,6 +54,7 @@ class EventType(StrEnum):
     EDGE_TRIGGERED = "edge_triggered"
     INTERRUPT_REQUESTED = "interrupt_requested"
     INTERRUPT_RESOLVED = "interrupt_resolved"
+    CHILD_STARTED = "child_started"  # a child node's attempt asked for its child run
 
 
 class CheckpointType(StrEnum):
@@ -79,6 +80,13 @@ class WriteKind(StrEnum):
 
 TASK_RETRY_SCHEDULED: Final = "retry_scheduled"
 TIMER_RETRY: Final = "retry"
+# A child node's attempt waiting for its child run (docs/execution.md, child runs): the
+# task's metadata names the child (``child_run_id``), its timer is when the parent looks
+# at the child again should the child's hand-off be lost.
+TASK_CHILD_RUNNING: Final = "child_running"
+TIMER_CHILD: Final = "child"
+#: Where a child run keeps the link to its parent (``Run.metadata``).
+PARENT_KEY: Final = "docket.parent"
 
 # -- scopes --------------------------------------------------------------------------------
 

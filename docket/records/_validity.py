@@ -13,7 +13,9 @@ from docket.records._codec import _SCALARS, _spliced
 from docket.records._types import (
     DURABLE_STATUSES,
     MAX_COUNTER,
+    TASK_CHILD_RUNNING,
     TASK_RETRY_SCHEDULED,
+    TIMER_CHILD,
     TIMER_RETRY,
     ChannelState,
     Event,
@@ -129,8 +131,9 @@ def _add_task_problems(key: str, task: object, run: Run, out: list[str]) -> None
         return
     if task.task_id != key:
         out.append(f"{where}: task_id {shown(task.task_id)} differs from its key")
-    if task.status != TASK_RETRY_SCHEDULED:
-        out.append(f"{where}: status must be {TASK_RETRY_SCHEDULED!r}")
+    child = task.status == TASK_CHILD_RUNNING
+    if task.status != TASK_RETRY_SCHEDULED and not child:
+        out.append(f"{where}: status must be {TASK_RETRY_SCHEDULED!r} or {TASK_CHILD_RUNNING!r}")
     if not _is_str(task.node_id) or not _is_task_of(run, task.node_id, task.task_id):
         out.append(f"{where}: task_id must be '<run>:<step>:<node>[item]' for the current step")
     if task.step != run.step:
@@ -141,14 +144,23 @@ def _add_task_problems(key: str, task: object, run: Run, out: list[str]) -> None
         out.append(f"{where}: failures must be a tuple of TaskFailure")
         return
     attempts = [f.attempt for f in task.failures]
-    if not attempts or attempts != list(range(1, len(attempts) + 1)):
+    # a retry follows a failure; a child may be waited on by a first attempt
+    if (not attempts and not child) or attempts != list(range(1, len(attempts) + 1)):
         out.append(f"{where}: failures must record attempts 1..n in order")
     if task.attempt != len(attempts) + 1:
         out.append(f"{where}: attempt must be one more than the recorded failures")
     if task.idempotency_key != idempotency_key(task.task_id, task.attempt):
         out.append(f"{where}: idempotency_key must be '<task_id>:<attempt>'")
-    if task.started_at is not None or task.deadline_at is not None:
+    if task.deadline_at is not None or (task.started_at is not None and not child):
         out.append(f"{where}: a parked task has no started_at/deadline_at")
+    meta = task.metadata if isinstance(task.metadata, dict) else {}
+    if child and not _is_str(meta.get("child_run_id")):
+        out.append(f"{where}: a task waiting for a child names it (metadata.child_run_id)")
+    if child and not _is_utc(task.started_at):
+        out.append(f"{where}: a task waiting for a child has started_at (when it asked)")
+    timer = run.timers.get(key) if isinstance(run.timers, dict) else None
+    if isinstance(timer, TimerState) and timer.kind != (TIMER_CHILD if child else TIMER_RETRY):
+        out.append(f"{where}: its timer kind does not match its status")
     if not _is_str(task.input_hash):
         out.append(f"{where}: input_hash must be a non-empty string")
     _durable_dict(task.snapshot, f"{where}.snapshot", out)
@@ -246,8 +258,8 @@ def _add_collection_problems(run: Run, out: list[str]) -> None:
         if not isinstance(value, frozenset) or not all(_is_str(v) for v in value):
             out.append(f"{name}: must be a frozenset of non-empty strings")
     for key, timer in run.timers.items() if isinstance(run.timers, dict) else ():
-        if not isinstance(timer, TimerState) or timer.kind != TIMER_RETRY:
-            out.append(f"timers.{key}: must be a retry TimerState")
+        if not isinstance(timer, TimerState) or timer.kind not in (TIMER_RETRY, TIMER_CHILD):
+            out.append(f"timers.{key}: must be a retry or child TimerState")
         elif not _is_utc(timer.fires_at):
             out.append(f"timers.{key}: fires_at must be an aware UTC datetime")
     if not isinstance(run.timers, dict) or not isinstance(run.active_tasks, dict):
