@@ -41,6 +41,11 @@ from docket._facade_args import (
     seconds_ok,
     shown,
 )
+from docket._facade_children import (
+    pin_children,
+    require_child_runs,
+    require_runnable_children,
+)
 from docket._facade_spans import lifecycle
 from docket.contract import errors as contract
 from docket.contract.capabilities import BackendContractError, Capabilities, Feature, negotiate
@@ -106,6 +111,7 @@ from docket.records import (
     Tenant,
     tenant_id_of,
 )
+from docket.runtime.children import Children
 from docket.runtime.drain import Drainer, DrainOutcome, host_limits
 from docket.runtime.graphs import GraphCache
 from docket.runtime.lifecycle import (
@@ -222,6 +228,7 @@ class Docket:
         self._policy = CommitPolicy(
             attempts=self.settings.commit_attempts, backoff=self.settings.commit_backoff
         )
+        self._child_runs: Children | None = None  # built on first use
         self._describe = GraphCache(self._store, self.nodes, executable=False)
         self._execute = GraphCache(self._store, self.nodes, executable=True)
         self._drainer = Drainer(
@@ -313,6 +320,9 @@ class Docket:
 
         Idempotent (the same content gives the same reference). A graph with error
         diagnostics raises :class:`~docket.errors.InvalidGraph` and stores nothing.
+        Child nodes are pinned first (:mod:`docket._facade_children`): the returned
+        reference is the pinned document's, whose hash differs from ``graph``'s own
+        when a child node named no hash.
         """
         owner = self._owner(tenant_id)
         self._ready()
@@ -321,6 +331,10 @@ class Docket:
                 f"save_graph expects a docket Graph, got {type(graph).__name__}",
                 details={"diagnostics": []},
             )
+        if any(node.child for node in graph.nodes.values()):
+            require_child_runs(graph, self.capabilities, "saved")
+            if compile_graph(graph, self.nodes).ok:  # pin only what compiles (else: below)
+                graph = await pin_children(self._store, owner, graph)
         result = compile_graph(graph, self.nodes, max_supersteps=self.settings.max_supersteps)
         if not result.ok or result.effective is None or result.graph_hash is None:
             diagnostics: list[JSONValue] = [d.to_dict() for d in result.errors]
@@ -447,6 +461,8 @@ class Docket:
         incompatible = check_execution_policy(rtg, host_limits(self.settings))
         if incompatible is not None:
             raise from_core(incompatible)
+        if rtg.has_children:
+            require_runnable_children(rtg, self.capabilities)
         if self._clock is None:  # looked up once: a Protocol isinstance is slow
             self._clock = stamp_clock(self.backend)
         now = await self._clock()
@@ -546,6 +562,19 @@ class Docket:
         require_id("run_id", run_id)
         return await self._signal(owner, run_id, lambda run, now: cancel_run(run, now=now))
 
+    def _children(self) -> Children:
+        if self._child_runs is None:
+            self._child_runs = Children(
+                self._store,
+                self._execute,
+                self.settings,
+                ids=self._ids,
+                limits=host_limits(self.settings),
+                observers=self._observers,
+                telemetry=self.telemetry,
+            )
+        return self._child_runs
+
     async def _signal(
         self,
         owner: OwnerScope,
@@ -564,6 +593,9 @@ class Docket:
             telemetry=self.telemetry,
         )
         if isinstance(result, SignalResult):
+            if result.previous is not None and Children.concerned(result.previous, result.run):
+                # a cancelled parent cancels its children; a child that ended hands off
+                await self._children().after_commit(owner, result.previous, result.run)
             return result.run
         if isinstance(result, CoreError):
             raise from_core(result)

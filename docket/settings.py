@@ -34,6 +34,10 @@ setting                       default     meaning
 ``incompatible_backoff``      30.0        first delay before a run whose node timeouts exceed
                                           this host is offered again (doubles, capped below)
 ``incompatible_backoff_cap``  3600.0      cap of that delay
+``child_recheck``             5.0         first delay before a parent looks at a child run it
+                                          waits for (the child's own hand-off normally wakes
+                                          it first; this bounds a lost one)
+``child_recheck_cap``         300.0       longest such delay (it grows with the wait)
 ``eager_starts``              True        a run started through a Docket whose running worker
                                           has a free slot is written already claimed by that
                                           worker and drained at once (when the backend
@@ -66,6 +70,8 @@ _SECONDS: Final = (
     "abandon_backoff",
     "incompatible_backoff",
     "incompatible_backoff_cap",
+    "child_recheck",
+    "child_recheck_cap",
 )
 _COUNTS: Final = (
     "concurrency",
@@ -100,6 +106,8 @@ class Settings:
     abandon_backoff: float = 5.0
     incompatible_backoff: float = 30.0
     incompatible_backoff_cap: float = 3600.0
+    child_recheck: float = 5.0
+    child_recheck_cap: float = 300.0
     eager_starts: bool = True
 
     def problems(self) -> list[str]:
@@ -140,6 +148,12 @@ class Settings:
             and self.incompatible_backoff > self.incompatible_backoff_cap
         ):
             out.append("incompatible_backoff must not exceed incompatible_backoff_cap")
+        if (
+            _number(self.child_recheck)
+            and _number(self.child_recheck_cap)
+            and self.child_recheck > self.child_recheck_cap
+        ):
+            out.append("child_recheck must not exceed child_recheck_cap")
         if _number(self.claim_ttl) and self.claim_ttl > 0 and self.claim_ttl < 0.003:
             out.append("claim_ttl must be at least 3 ms (the heartbeat runs every claim_ttl / 3)")
         return out

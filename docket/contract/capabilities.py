@@ -31,6 +31,10 @@ class Feature(StrEnum):
     # commit_unclaimed may move a failed run back to running (an operator's retry), with
     # the operational state of any running run: due, claimable, listed as running
     REOPEN_FAILED = "reopen_failed"
+    # child runs: run documents with child_running tasks and child timers round-trip,
+    # and commit_unclaimed takes any moment of a parked run (a child's hand-off may
+    # commit the parent's barrier or fail it), not only a signal's
+    CHILD_RUNS = "child_runs"
 
 
 @attrs.frozen(kw_only=True)

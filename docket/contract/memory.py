@@ -171,7 +171,9 @@ class MemoryBackend:
     def capabilities(self) -> Capabilities:
         return Capabilities(
             limits=self._limits,
-            features=frozenset({Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.PRUNE}),
+            features=frozenset(
+                {Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.PRUNE, Feature.CHILD_RUNS}
+            ),
             name="memory",
         )
 

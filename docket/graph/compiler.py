@@ -273,6 +273,11 @@ class RuntimeGraph:
         return self._node_order
 
     @property
+    def has_children(self) -> bool:
+        """Whether any node runs a child graph (docket.graph.children)."""
+        return any(node.child is not None for node in self.nodes.values())
+
+    @property
     def field_rule_map(self) -> Mapping[str, FieldRule]:
         """:meth:`field_rules`, built once per graph and read-only."""
         return self._field_rules

@@ -82,12 +82,13 @@ from docket.core.moment import (
     wake_name,
     yield_moment,
 )
-from docket.core.outcomes import TaskOutcome, describe_exception
+from docket.core.outcomes import AwaitingChild, TaskOutcome, describe_exception
 from docket.core.plan import Dispatch, HostLimits, check_execution_policy
 from docket.core.proposals import claimed_proposal
 from docket.core.settle import settle
 from docket.graph.compiler import RuntimeGraph
 from docket.records import Event, GraphRef, OwnerScope, Run, RunStatus, tenant_id_of
+from docket.runtime.children import Children, is_child_dispatch
 from docket.runtime.execute import execute
 from docket.runtime.failures import log_failed_attempts, poisoned_claim
 from docket.runtime.graphs import GraphCache, GraphProblem
@@ -218,6 +219,15 @@ class Drainer:
         self._limits = host_limits(settings)
         self._policy = CommitPolicy(
             attempts=settings.commit_attempts, backoff=settings.commit_backoff
+        )
+        self._children = Children(
+            backend,
+            graphs,
+            settings,
+            ids=ids,
+            limits=self._limits,
+            observers=self._observers,
+            telemetry=self._telemetry,
         )
 
     async def drain(
@@ -366,9 +376,12 @@ class Drainer:
                     step = advance(rtg, run, now=now, limits=self._limits, resume_floor=floor)
                     floor = None
                 if isinstance(step, Dispatch):
-                    outcomes = await self._execute(rtg, step, heartbeat, step.now)
-                    if outcomes is None:
+                    worked = await self._work(lease, rtg, step, heartbeat)
+                    if worked is None:
                         return DrainOutcome(kind="claim_lost", run_id=run.id, commits=commits)
+                    if isinstance(worked, datetime):  # only waiting for children: no commit
+                        return await self._defer(lease, run, worked, commits)
+                    outcomes = worked
                     known_now = await self._now()
                     step = settle(rtg, step, outcomes, now=known_now, ids=self._ids)
                     if isinstance(step, Moment):
@@ -425,6 +438,8 @@ class Drainer:
                         kind="discarded", run_id=run.id, commits=commits, detail=detail
                     )
                 commits += 1
+                if Children.concerned(run, stored):
+                    await self._children.after_commit(lease.owner, run, stored)
                 if span is not NO_SPAN:  # nobody listens: skip building what nobody reads
                     span.set(
                         {
@@ -512,6 +527,38 @@ class Drainer:
                 "result": "not_committed",
             },
         )
+
+    async def _work(
+        self, lease: Lease, rtg: RuntimeGraph, dispatch: Dispatch, heartbeat: Heartbeat
+    ) -> tuple[TaskOutcome, ...] | datetime | None:
+        """The dispatch's outcomes: node work executed, child attempts asked or checked
+        (``docket.runtime.children``). ``None`` when the claim was lost; a time when the
+        dispatch only rechecked children that are still running (nothing to commit: the
+        caller hands the claim back until then)."""
+        children = [a for a in dispatch.activations if is_child_dispatch(rtg, a)]
+        if not children:
+            return await self._execute(rtg, dispatch, heartbeat, dispatch.now)
+        others = tuple(a for a in dispatch.activations if not is_child_dispatch(rtg, a))
+        executed: tuple[TaskOutcome, ...] | None = ()
+        if others:
+            subset = attrs.evolve(dispatch, activations=others)
+            executed = await self._execute(rtg, subset, heartbeat, dispatch.now)
+            if executed is None:
+                return None
+        asked = await self._children.outcomes(lease.owner, rtg, dispatch, children, dispatch.now)
+        run = dispatch.run
+        unchanged = [
+            o
+            for o in asked
+            if isinstance(o, AwaitingChild)
+            and (task := run.active_tasks.get(o.task_id)) is not None
+            and task.metadata.get("child_run_id") == o.child_run_id
+        ]
+        if dispatch.resumed and not others and len(unchanged) == len(asked):
+            dispatched = {a.task_id for a in dispatch.activations}
+            later = [t.fires_at for k, t in run.timers.items() if k not in dispatched]
+            return min([*(o.check_at for o in unchanged), *later])
+        return (*(executed or ()), *asked)
 
     async def _execute(
         self, rtg: RuntimeGraph, dispatch: Dispatch, heartbeat: Heartbeat, now: datetime

@@ -229,6 +229,7 @@ class SignalResult:
 
     run: Run
     checkpoint: Checkpoint | None
+    previous: Run | None = None  # the run the signal was evaluated on (when it committed)
 
 
 async def signal(
@@ -276,7 +277,7 @@ async def signal(
                 observers.deliver(
                     checkpoint, CommitContext(tenant_id=tenant_id_of(owner), operation="signal")
                 )
-            return SignalResult(stored, checkpoint)
+            return SignalResult(stored, checkpoint, fetched)
         if isinstance(stored, StaleCheckpoint):
             continue
         return stored

@@ -168,7 +168,7 @@ class PostgresBackend:
 
     def capabilities(self) -> Capabilities:
         engine = self._engine
-        features = {Feature.DURABLE, Feature.PRUNE, Feature.REOPEN_FAILED}
+        features = {Feature.DURABLE, Feature.PRUNE, Feature.REOPEN_FAILED, Feature.CHILD_RUNS}
         if engine.notify:
             features.add(Feature.NOTIFY)
         if engine.durable_fsync:

@@ -112,7 +112,7 @@ class RedisBackend:
 
     def capabilities(self) -> Capabilities:
         """Declared features; ``durable``/``durable.fsync`` reflect the server after open()."""
-        features: set[str] = {Feature.NOTIFY, Feature.REOPEN_FAILED}
+        features: set[str] = {Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.CHILD_RUNS}
         nodes = self._persistence
         if nodes and all(node.durable for node in nodes):
             features.add(Feature.DURABLE)

@@ -128,7 +128,7 @@ class SQLiteBackend:
     # -- bundle -----------------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
-        features = {Feature.NOTIFY, Feature.REOPEN_FAILED}
+        features = {Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.CHILD_RUNS}
         if not self._engine.target.memory:
             features.add(Feature.DURABLE)
             if self._engine.synchronous == "FULL":

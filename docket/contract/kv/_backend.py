@@ -163,7 +163,9 @@ class KVBackend(ValidatedTransitions):
     ) -> None:
         self._open_store = open_store
         self._name = name
-        self._features = frozenset({Feature.NOTIFY, Feature.REOPEN_FAILED, *features})
+        self._features = frozenset(
+            {Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.CHILD_RUNS, *features}
+        )
         self._clock = clock or system_clock
         self._limits = limits or Limits()
         self._prefix = prefix

@@ -1,0 +1,415 @@
+"""Child runs, the I/O part: starting children, checking on them, handing their end to
+the parent, and cancelling the ones nobody waits for any more.
+
+The protocol (docs/guarantees.md, child runs), in the order things happen:
+
+1. **Ask.** A child node's attempt runs no code: the worker returns ``AwaitingChild``
+   with the child's derived id, and the parent's commit records the task as
+   ``child_running`` (event ``child_started``). Nothing exists outside the parent yet.
+2. **Start** (:meth:`Children.after_commit`). Only then does the committer create each
+   newly awaited child (``initialize`` in the parent's owner scope, the parent link in
+   its metadata). A child therefore only ever exists for an attempt its parent recorded.
+   A crash before the start is repaired by the parent's recheck (3), which starts a
+   missing child; a start that finds the id taken by the same parent's child adopts it.
+   After starting, the committer reads the parent again: if it has ended meanwhile (a
+   cancel racing the start), it cancels the children it just started.
+3. **Recheck** (:meth:`Children.outcomes`). The parked task's timer makes the parent due
+   now and then (``child_recheck``, growing to ``child_recheck_cap``); the worker that
+   claims it reads each due child: missing → start it; ended → its outcome; still going
+   → keep waiting. Only a lost hand-off ever needs this.
+4. **Hand off** (:meth:`Children.hand_off`). Whoever commits a child's end (its worker,
+   or an operator's cancel) settles the child's outcome into the parent with
+   ``commit_unclaimed`` fenced on the parent's checkpoint, re-reading and re-evaluating
+   when it loses a race. Once that lands the task no longer waits, so a repeated
+   hand-off (or a recheck) finds nothing to do.
+5. **Drop.** A parent commit that removes a waiting task without its child's outcome (the
+   parent failed or was cancelled) cancels that child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Literal
+
+from docket.contract.errors import Conflict, NotFound
+from docket.contract.protocols import Backend
+from docket.core.children import (
+    ParentLink,
+    awaited_children,
+    child_input,
+    child_outcome,
+    child_run_id,
+    deliver,
+    parent_link,
+    waiting_task,
+)
+from docket.core.errors import CoreError
+from docket.core.init import build_initial_run, initialize
+from docket.core.moment import Moment, Terminated, Unchanged
+from docket.core.mutations import cancel_run
+from docket.core.outcomes import AwaitingChild, Completed, Failed, TaskOutcome, format_reason
+from docket.core.plan import Activation, Dispatch, HostLimits
+from docket.core.proposals import init_proposal
+from docket.graph.children import ChildSpec
+from docket.graph.compiler import RuntimeGraph
+from docket.records import (
+    TASK_CHILD_RUNNING,
+    GraphRef,
+    OwnerScope,
+    Run,
+    TaskState,
+    tenant_id_of,
+)
+from docket.runtime.graphs import GraphCache, GraphProblem
+from docket.runtime.lifecycle import (
+    CommitContext,
+    CommitPolicy,
+    Ids,
+    Observers,
+    SignalResult,
+    commit,
+    signal,
+)
+from docket.settings import Settings
+from docket.telemetry import Telemetry, stamp_logger
+
+__all__ = ["Children", "is_child_dispatch"]
+
+log = stamp_logger(logging.getLogger("docket.children"))
+
+
+def is_child_dispatch(rtg: RuntimeGraph, activation: Activation) -> bool:
+    node = rtg.nodes.get(activation.node_id)
+    return node is not None and node.child is not None
+
+
+def _failed(task_id: str, node_id: str, attempt: int, kind: str, text: str) -> Failed:
+    return Failed(
+        task_id=task_id,
+        node_id=node_id,
+        attempt=attempt,
+        reason=format_reason(kind, text),
+        retryable=False,
+    )
+
+
+class Children:
+    """Everything a runtime does for child runs; one per worker (and one per Docket)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        graphs: GraphCache,
+        settings: Settings,
+        *,
+        ids: Ids,
+        limits: HostLimits,
+        observers: Observers | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self._backend = backend
+        self._graphs = graphs
+        self._settings = settings
+        self._ids = ids
+        self._limits = limits
+        self._observers = observers
+        self._telemetry = telemetry
+        self._policy = CommitPolicy(
+            attempts=settings.commit_attempts, backoff=settings.commit_backoff
+        )
+
+    # -- 1 and 3: outcomes of child attempts ------------------------------------------
+
+    def recheck_at(self, now: datetime, since: datetime | None) -> datetime:
+        """When a parent looks again at a child it waits for: ``child_recheck`` at first,
+        then a quarter of the wait so far, never more than ``child_recheck_cap``."""
+        waited = 0.0 if since is None else max((now - since).total_seconds(), 0.0)
+        delay = min(self._settings.child_recheck_cap, max(self._settings.child_recheck, waited / 4))
+        return now + timedelta(seconds=delay)
+
+    async def outcomes(
+        self,
+        owner: OwnerScope,
+        rtg: RuntimeGraph,
+        dispatch: Dispatch,
+        activations: Sequence[Activation],
+        now: datetime,
+    ) -> list[TaskOutcome]:
+        """The outcomes of the child attempts among a dispatch's activations."""
+        run = dispatch.run
+        out: list[TaskOutcome] = []
+        checks: list[tuple[Activation, TaskState, str, ChildSpec]] = []
+        for activation in activations:
+            spec = rtg.nodes[activation.node_id].child
+            assert spec is not None
+            task = run.active_tasks.get(activation.task_id)
+            recorded = None
+            if task is not None and task.status == TASK_CHILD_RUNNING:
+                ident = task.metadata.get("child_run_id")
+                recorded = ident if isinstance(ident, str) else None
+            if recorded is None or task is None:
+                if spec.graph_hash is None:
+                    out.append(self._unpinned(activation, spec))
+                    continue
+                ident = child_run_id(activation.task_id, activation.attempt, run.checkpoint_seq)
+                out.append(
+                    AwaitingChild(
+                        task_id=activation.task_id,
+                        node_id=activation.node_id,
+                        attempt=activation.attempt,
+                        child_run_id=ident,
+                        check_at=self.recheck_at(now, None),
+                    )
+                )
+            else:
+                checks.append((activation, task, recorded, spec))
+        if checks:
+            out.extend(
+                await asyncio.gather(
+                    *(self._check(owner, run, t, ident, spec, now) for _, t, ident, spec in checks)
+                )
+            )
+        return out
+
+    def _unpinned(self, activation: Activation, spec: ChildSpec) -> Failed:
+        return _failed(
+            activation.task_id,
+            activation.node_id,
+            activation.attempt,
+            "child_unpinned",
+            f"child graph {spec.graph!r} has no pinned hash (save the parent graph through "
+            "Docket.save_graph, which pins it)",
+        )
+
+    async def _check(
+        self,
+        owner: OwnerScope,
+        parent: Run,
+        task: TaskState,
+        ident: str,
+        spec: ChildSpec,
+        now: datetime,
+    ) -> TaskOutcome:
+        child = await self._backend.runs.fetch_run(owner, ident)
+        if isinstance(child, NotFound):
+            started = await self.start(owner, parent, task, ident, spec)
+            if isinstance(started, Failed):
+                return started
+            child = started
+        ended = child_outcome(spec, task, child)
+        if ended is not None:
+            return ended
+        return AwaitingChild(
+            task_id=task.task_id,
+            node_id=task.node_id,
+            attempt=task.attempt,
+            child_run_id=ident,
+            check_at=self.recheck_at(now, task.started_at),
+        )
+
+    # -- 2: starting ------------------------------------------------------------------
+
+    async def start(
+        self, owner: OwnerScope, parent: Run, task: TaskState, ident: str, spec: ChildSpec
+    ) -> Run | Failed:
+        """Create the child ``ident`` of ``task`` (or adopt it if it exists); a child that
+        cannot be created is the attempt's permanent failure."""
+
+        def failed(kind: str, text: str) -> Failed:
+            return _failed(task.task_id, task.node_id, task.attempt, kind, text)
+
+        if spec.graph_hash is None:
+            return failed("child_unpinned", f"child graph {spec.graph!r} has no pinned hash")
+        rtg = await self._graphs.get(owner, GraphRef(spec.graph, spec.graph_hash))
+        if isinstance(rtg, GraphProblem):
+            return failed("child_graph_unusable", rtg.message)
+        now = await self._backend.now()
+        created = build_initial_run(
+            rtg,
+            child_input(spec, task.snapshot),
+            run_id=ident,
+            now=now,
+            metadata=parent_link(parent, task.task_id, task.node_id, task.attempt),
+        )
+        moment = initialize(rtg, created, now=now)
+        if isinstance(moment, CoreError):
+            return failed("invalid_child_input", moment.message)
+        assert not isinstance(moment, Terminated)
+        proposal = init_proposal(moment, transition_id=self._ids("transition"))
+        stored = await commit(
+            lambda: self._backend.transitions.initialize(owner, proposal, moment.events),
+            self._policy,
+            what=f"start of child run {ident}",
+        )
+        if isinstance(stored, Run):
+            self._tell(moment, owner, "start")
+            return stored
+        if isinstance(stored, Conflict):  # started before (a replay): adopt our own child
+            existing = await self._backend.runs.fetch_run(owner, ident)
+            link = None if isinstance(existing, NotFound) else ParentLink.of(existing)
+            if isinstance(existing, Run) and link is not None and link.run_id == parent.id:
+                return existing
+            return failed("child_run_id_taken", f"run id {ident!r} is taken by another run")
+        return failed("child_not_started", f"the store refused child run {ident!r}: {stored!r}")
+
+    def _tell(self, moment: Moment, owner: OwnerScope, operation: Literal["start"]) -> None:
+        checkpoint = moment.checkpoint()
+        tenant = tenant_id_of(owner)
+        if self._telemetry:
+            self._telemetry.committed(checkpoint, operation=operation, tenant_id=tenant)
+        if self._observers:
+            self._observers.deliver(
+                checkpoint, CommitContext(tenant_id=tenant, operation=operation)
+            )
+
+    # -- after every commit of a run that has or is a child ---------------------------
+
+    @staticmethod
+    def concerned(before: Run, after: Run) -> bool:
+        """Whether :meth:`after_commit` has anything to do (cheap: no I/O)."""
+        if after.status.terminal and ParentLink.of(after) is not None:
+            return True
+        return any(t.status == TASK_CHILD_RUNNING for t in before.active_tasks.values()) or any(
+            t.status == TASK_CHILD_RUNNING for t in after.active_tasks.values()
+        )
+
+    async def after_commit(self, owner: OwnerScope, before: Run, after: Run) -> None:
+        """Start the children ``after`` newly waits for, cancel those it dropped, and hand
+        ``after``'s end to its parent if it is a child that just ended."""
+        was, now_waiting = awaited_children(before), awaited_children(after)
+        new = [(ident, task) for ident, task in now_waiting.items() if ident not in was]
+        dropped = [ident for ident in was if ident not in now_waiting]
+        if new:
+            await self._start_new(owner, after, new)
+        if dropped:
+            await asyncio.gather(*(self._cancel_if_running(owner, i) for i in dropped))
+        if after.status.terminal and not before.status.terminal:
+            await self.hand_off(owner, after)
+
+    async def _start_new(
+        self, owner: OwnerScope, parent: Run, new: list[tuple[str, TaskState]]
+    ) -> None:
+        rtg = await self._graphs.get(owner, GraphRef(parent.graph_id, parent.graph_hash))
+        if isinstance(rtg, GraphProblem):
+            return  # the parent's recheck runs where its graph can be used
+        started: list[str] = []
+        for ident, task in new:
+            spec = rtg.nodes[task.node_id].child if task.node_id in rtg.nodes else None
+            if spec is None:
+                continue
+            result = await self.start(owner, parent, task, ident, spec)
+            if isinstance(result, Failed):
+                await self._deliver(owner, parent.id, ident, result)
+            else:
+                started.append(ident)
+        if not started:
+            return
+        # A cancel may have ended the parent between its commit and these starts: the
+        # canceller only saw the children already started, so these are ours to cancel.
+        latest = await self._backend.runs.fetch_run(owner, parent.id)
+        if isinstance(latest, Run) and latest.status.terminal:
+            await asyncio.gather(*(self._cancel_if_running(owner, i) for i in started))
+
+    async def _cancel_if_running(self, owner: OwnerScope, ident: str) -> None:
+        result = await signal(
+            self._backend,
+            owner,
+            ident,
+            lambda run, now: Unchanged(run) if run.status.terminal else cancel_run(run, now=now),
+            ids=self._ids,
+            policy=self._policy,
+            attempts=self._settings.signal_attempts,
+            observers=self._observers,
+            telemetry=self._telemetry,
+        )
+        if isinstance(result, SignalResult) and result.previous is not None:
+            await self.after_commit(owner, result.previous, result.run)
+
+    async def cancel_children(self, owner: OwnerScope, before: Run) -> None:
+        """Cancel every child ``before`` waited for (after its run was cancelled)."""
+        await asyncio.gather(*(self._cancel_if_running(owner, i) for i in awaited_children(before)))
+
+    # -- 4: the hand-off --------------------------------------------------------------
+
+    async def hand_off(self, owner: OwnerScope, child: Run) -> None:
+        """Settle ended ``child``'s outcome into its parent (nothing if the parent no
+        longer waits for it). Never raises for what the parent or the store do."""
+        link = ParentLink.of(child)
+        if link is None:
+            return
+        try:
+            await self._deliver(owner, link.run_id, child.id, child)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("handing child run %s to parent %s failed", child.id, link.run_id)
+
+    async def _deliver(
+        self, owner: OwnerScope, parent_id: str, ident: str, ended: Run | Failed
+    ) -> None:
+        parent = await self._backend.runs.fetch_run(owner, parent_id)
+        if isinstance(parent, NotFound):
+            return
+        rtg = await self._graphs.get(owner, GraphRef(parent.graph_id, parent.graph_hash))
+        if isinstance(rtg, GraphProblem):
+            log.warning("parent %s of child %s: %s", parent_id, ident, rtg.message)
+            return
+
+        def settle_child(run: Run, now: datetime) -> Moment | Unchanged | CoreError:
+            task = waiting_task(run, ident)
+            if task is None:
+                return Unchanged(run)
+            spec = rtg.nodes[task.node_id].child if task.node_id in rtg.nodes else None
+            if spec is None:
+                return Unchanged(run)
+            outcome: Completed | Failed | None
+            if isinstance(ended, Failed):
+                outcome = _as_attempt(ended, task)
+            else:
+                outcome = child_outcome(spec, task, ended)
+            if outcome is None:
+                return Unchanged(run)
+            moment = deliver(rtg, run, outcome, now=now, ids=self._ids, limits=self._limits)
+            return Unchanged(run) if moment is None else moment
+
+        for attempt in range(3):
+            result = await signal(
+                self._backend,
+                owner,
+                parent_id,
+                settle_child,
+                ids=self._ids,
+                policy=self._policy,
+                attempts=self._settings.signal_attempts,
+                observers=self._observers,
+                telemetry=self._telemetry,
+            )
+            if isinstance(result, SignalResult):
+                if result.previous is not None:
+                    await self.after_commit(owner, result.previous, result.run)
+                return
+            if isinstance(result, CoreError):
+                log.warning("child %s cannot be handed to %s: %s", ident, parent_id, result)
+                return
+            if isinstance(result, NotFound):
+                return
+            # lost every race to siblings handing off at the same time: back off a little
+            # (the parent's recheck is the last resort)
+            await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+        log.info("hand-off of child %s to %s left to the parent's recheck", ident, parent_id)
+
+
+def _as_attempt(failed: Failed, task: TaskState) -> Failed:
+    """``failed`` as the outcome of ``task``'s current attempt."""
+    return Failed(
+        task_id=task.task_id,
+        node_id=task.node_id,
+        attempt=task.attempt,
+        reason=failed.reason,
+        retryable=failed.retryable,
+        details=failed.details,
+    )

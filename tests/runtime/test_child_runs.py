@@ -1,0 +1,300 @@
+"""Child runs through the runtime (memory backend, manual clock, ``drain_due``): the
+parent parks, the child is started after the parent's commit, the child's end is handed
+to the parent once, failures follow the node's retry policy, a map over a child node
+starts one child per item, cancelling a parent cancels its children, and the hand-off
+survives being lost (the parent's recheck finds the ended child)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from docket import Docket
+from docket.contract.memory import MemoryBackend
+from docket.errors import InvalidGraph, Unsupported
+from docket.graph.builder import GraphBuilder
+from docket.graph.children import ChildSpec
+from docket.graph.compiler import compile_graph
+from docket.graph.maps import MapSpec
+from docket.graph.model import FINISH, START, Graph
+from docket.graph.nodes import Failure, NodeContext, NodeRegistry, NodeState, RetryPolicy
+from docket.graph.reducers import R
+from docket.graph.schema import S
+from docket.records import PARENT_KEY, EventType, Run, RunStatus
+from docket.values import JSONDict
+from tests.runtime.helpers import check_events, later, memory_docket
+
+NODES = NodeRegistry()
+
+
+def _app(ctx: NodeContext) -> dict[str, Any]:
+    app = ctx.application
+    assert isinstance(app, dict)
+    return app
+
+
+@NODES.node("kids.double")
+def double(state: NodeState, ctx: NodeContext) -> JSONDict | Failure:
+    app = _app(ctx)
+    app.setdefault("calls", []).append((ctx.run_id, state["n"]))
+    failing = app.get("fail", 0)
+    if isinstance(failing, int) and failing > 0:
+        app["fail"] = failing - 1
+        return Failure("not today")
+    n = state["n"]
+    assert isinstance(n, int)
+    return {"twice": n * 2}
+
+
+@NODES.node("kids.split")
+def split(state: NodeState, ctx: NodeContext) -> JSONDict:
+    return {"items": list(range(int(str(state["count"]))))}
+
+
+CHILD = (
+    GraphBuilder("double")
+    .input("n", S.integer(), required=True)
+    .field("twice", S.integer())
+    .node("work", "kids.double")
+    .edge("a", START, "work")
+    .edge("b", "work", FINISH)
+    .output("twice")
+    .build()
+)
+
+
+def parent(retries: int = 1) -> Graph:
+    return (
+        GraphBuilder("parent")
+        .input("n", S.integer(), required=True)
+        .field("result", S.integer())
+        .node(
+            "call",
+            child=ChildSpec(graph="double", input={"n": "n"}, output={"result": "twice"}),
+            retry=RetryPolicy(max_attempts=retries),
+        )
+        .edge("a", START, "call")
+        .edge("b", "call", FINISH)
+        .output("result")
+        .build()
+    )
+
+
+MAPPED = (
+    GraphBuilder("many")
+    .input("count", S.integer(min=0), required=True)
+    .field("items", S.list(S.integer()))
+    .field("results", S.list(S.integer()), reducer=R.append())
+    .node("split", "kids.split")
+    .node(
+        "each",
+        child=ChildSpec(graph="double", input={"n": "item"}, output={"results": "twice"}),
+        map=MapSpec(over="items", item="item"),
+    )
+    .edge("a", START, "split")
+    .edge("b", "split", "each")
+    .edge("c", "each", FINISH)
+    .output("results")
+    .build()
+)
+
+
+async def _settle(docket: Docket, run_id: str, rounds: int = 30) -> Run:
+    for _ in range(rounds):
+        await docket.drain_due()
+        run = await docket.fetch_run(run_id)
+        if run.status.terminal:
+            return run
+    raise AssertionError(f"run {run_id} never ended: {run!r}")
+
+
+async def _events(docket: Docket, run_id: str) -> list[Any]:
+    return list(await docket.history(run_id))
+
+
+def test_a_parent_runs_a_child_and_takes_its_output() -> None:
+    async def scenario() -> None:
+        app: dict[str, Any] = {"calls": []}
+        docket, _, _ = memory_docket(nodes=NODES, context=app)
+        async with docket:
+            child_ref = await docket.save_graph(CHILD)
+            ref = await docket.save_graph(parent())
+            stored = await docket.fetch_graph(ref)
+            assert stored.nodes["call"].child["hash"] == child_ref.graph_hash
+            unpinned = compile_graph(parent(), NODES).graph_hash
+            assert ref.graph_hash != unpinned  # the pin is part of the parent's hash
+            await docket.start_run(ref, {"n": 21}, run_id="p")
+            done = await _settle(docket, "p")
+            assert done.status is RunStatus.DONE, done.failure
+            assert done.output == {"result": 42}
+            events = await _events(docket, "p")
+            check_events(done, events)
+            started = [e for e in events if e.type is EventType.CHILD_STARTED]
+            assert len(started) == 1
+            child_id = started[0].payload["child_run_id"]
+            assert child_id == "p:0:call:1@1"
+            child = await docket.fetch_run(str(child_id))
+            assert child.status is RunStatus.DONE and child.output == {"twice": 42}
+            assert child.metadata[PARENT_KEY] == {
+                "run_id": "p",
+                "task_id": "p:0:call",
+                "node_id": "call",
+                "attempt": 1,
+            }
+            assert app["calls"] == [(child_id, 21)]  # the child ran exactly once
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_child_is_a_failed_attempt_and_the_retry_starts_a_new_child() -> None:
+    async def scenario() -> None:
+        app: dict[str, Any] = {"fail": 1}
+        docket, _, clock = memory_docket(nodes=NODES, context=app)
+        async with docket:
+            await docket.save_graph(CHILD)
+            ref = await docket.save_graph(parent(retries=2))
+            await docket.start_run(ref, {"n": 5}, run_id="p")
+            done = await _settle(docket, "p")
+            assert done.status is RunStatus.DONE, done.failure
+            assert done.output == {"result": 10}
+            events = await _events(docket, "p")
+            started = [
+                str(e.payload["child_run_id"]) for e in events if e.type is EventType.CHILD_STARTED
+            ]
+            assert len(started) == 2 and started[0] != started[1]
+            first = await docket.fetch_run(started[0])
+            assert first.status is RunStatus.FAILED
+            failed = [e for e in events if e.type is EventType.NODE_FAILED]
+            assert len(failed) == 1 and "child_failed" in str(failed[0].payload["reason"])
+
+    asyncio.run(scenario())
+
+
+def test_a_child_that_fails_for_good_fails_the_parent() -> None:
+    async def scenario() -> None:
+        docket, _, _ = memory_docket(nodes=NODES, context={"fail": 5})
+        async with docket:
+            await docket.save_graph(CHILD)
+            ref = await docket.save_graph(parent(retries=1))
+            await docket.start_run(ref, {"n": 5}, run_id="p")
+            done = await _settle(docket, "p")
+            assert done.status is RunStatus.FAILED and done.failure is not None
+            assert done.failure.code == "node_failed"
+            assert "child_failed" in str(done.failure.details["errors"])
+
+    asyncio.run(scenario())
+
+
+def test_a_map_over_a_child_node_starts_one_child_per_item_in_item_order() -> None:
+    async def scenario() -> None:
+        app: dict[str, Any] = {"calls": []}
+        docket, _, _ = memory_docket(nodes=NODES, context=app)
+        async with docket:
+            await docket.save_graph(CHILD)
+            ref = await docket.save_graph(MAPPED)
+            await docket.start_run(ref, {"count": 5}, run_id="m")
+            done = await _settle(docket, "m")
+            assert done.status is RunStatus.DONE, done.failure
+            assert done.output == {"results": [0, 2, 4, 6, 8]}
+            events = await _events(docket, "m")
+            check_events(done, events)
+            started = [e.task_id for e in events if e.type is EventType.CHILD_STARTED]
+            assert started == [f"m:1:each[{i}]" for i in range(5)]
+            assert sorted(n for _, n in app["calls"]) == [0, 1, 2, 3, 4]
+
+    asyncio.run(scenario())
+
+
+def test_cancelling_the_parent_cancels_its_running_child() -> None:
+    async def scenario() -> None:
+        docket, backend, _ = memory_docket(nodes=NODES, context={})
+        async with docket:
+            await docket.save_graph(CHILD)
+            ref = await docket.save_graph(parent())
+            await docket.start_run(ref, {"n": 1}, run_id="p")
+            # one drain: the parent asks for its child and starts it; the child is not run
+            await docket.drain_due(max_runs=1)
+            child_id = "p:0:call:1@1"
+            assert (await docket.fetch_run(child_id)).status is RunStatus.RUNNING
+            await docket.cancel_run("p")
+            assert (await docket.fetch_run(child_id)).status is RunStatus.CANCELLED
+
+    asyncio.run(scenario())
+
+
+def test_a_lost_hand_off_is_found_by_the_parents_recheck() -> None:
+    async def scenario() -> None:
+        docket, backend, clock = memory_docket(nodes=NODES, context={}, child_recheck=2.0)
+        async with docket:
+            await docket.save_graph(CHILD)
+            ref = await docket.save_graph(parent())
+            await docket.start_run(ref, {"n": 4}, run_id="p")
+            await docket.drain_due(max_runs=1)  # the parent parks, the child starts
+
+            # lose the hand-off: the child's end is committed but never handed to the parent
+            async def no_hand_off(self: object, owner: object, child: Run) -> None:
+                return None
+
+            original = type(docket._drainer._children).hand_off
+            type(docket._drainer._children).hand_off = no_hand_off  # type: ignore[method-assign]
+            try:
+                await docket.drain_due()
+            finally:
+                type(docket._drainer._children).hand_off = original  # type: ignore[method-assign]
+            assert (await docket.fetch_run("p:0:call:1@1")).status is RunStatus.DONE
+            assert (await docket.fetch_run("p")).status is RunStatus.RUNNING
+            await docket.drain_due()  # not due yet: the recheck is 2 s away
+            assert (await docket.fetch_run("p")).status is RunStatus.RUNNING
+            clock.set(later(clock, 2.5))
+            done = await _settle(docket, "p")
+            assert done.status is RunStatus.DONE and done.output == {"result": 8}
+
+    asyncio.run(scenario())
+
+
+def test_a_backend_without_the_feature_refuses_a_parent_at_save() -> None:
+    class Plain(MemoryBackend):
+        def capabilities(self) -> Any:
+            import attrs
+
+            caps = super().capabilities()
+            return attrs.evolve(caps, features=caps.features - {"child_runs"})
+
+    async def scenario() -> None:
+        docket, _, _ = memory_docket(nodes=NODES, context={}, backend=Plain())
+        async with docket:
+            await docket.save_graph(CHILD)  # a graph without children is fine
+            with pytest.raises(Unsupported, match="child_runs"):
+                await docket.save_graph(parent())
+
+    asyncio.run(scenario())
+
+
+def test_saving_a_parent_checks_the_child_interface() -> None:
+    async def scenario() -> None:
+        docket, _, _ = memory_docket(nodes=NODES, context={})
+        async with docket:
+            with pytest.raises(InvalidGraph, match="not saved"):
+                await docket.save_graph(parent())
+            await docket.save_graph(CHILD)
+            wrong = (
+                GraphBuilder("wrong")
+                .input("n", S.integer())
+                .field("result", S.integer())
+                .node(
+                    "call",
+                    child=ChildSpec(graph="double", input={"m": "n"}, output={"result": "nope"}),
+                )
+                .edge("a", START, "call")
+                .output("result")
+                .build()
+            )
+            with pytest.raises(InvalidGraph) as raised:
+                await docket.save_graph(wrong)
+            text = str(raised.value)
+            assert "no input 'm'" in text and "required child input 'n'" in text
+            assert "no output 'nope'" in text
+
+    asyncio.run(scenario())
