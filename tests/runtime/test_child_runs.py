@@ -151,7 +151,7 @@ def test_a_parent_runs_a_child_and_takes_its_output() -> None:
 def test_a_failed_child_is_a_failed_attempt_and_the_retry_starts_a_new_child() -> None:
     async def scenario() -> None:
         app: dict[str, Any] = {"fail": 1}
-        docket, _, clock = memory_docket(nodes=NODES, context=app)
+        docket, _, _ = memory_docket(nodes=NODES, context=app)
         async with docket:
             await docket.save_graph(CHILD)
             ref = await docket.save_graph(parent(retries=2))
@@ -209,7 +209,7 @@ def test_a_map_over_a_child_node_starts_one_child_per_item_in_item_order() -> No
 
 def test_cancelling_the_parent_cancels_its_running_child() -> None:
     async def scenario() -> None:
-        docket, backend, _ = memory_docket(nodes=NODES, context={})
+        docket, _, _ = memory_docket(nodes=NODES, context={})
         async with docket:
             await docket.save_graph(CHILD)
             ref = await docket.save_graph(parent())
@@ -226,7 +226,7 @@ def test_cancelling_the_parent_cancels_its_running_child() -> None:
 
 def test_a_lost_hand_off_is_found_by_the_parents_recheck() -> None:
     async def scenario() -> None:
-        docket, backend, clock = memory_docket(nodes=NODES, context={}, child_recheck=2.0)
+        docket, _, clock = memory_docket(nodes=NODES, context={}, child_recheck=2.0)
         async with docket:
             await docket.save_graph(CHILD)
             ref = await docket.save_graph(parent())
