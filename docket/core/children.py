@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Protocol
 
 import attrs
 
@@ -37,6 +38,7 @@ from docket.records import PARENT_KEY, TASK_CHILD_RUNNING, Run, RunStatus, TaskS
 from docket.values import JSONDict, JSONValue
 
 __all__ = [
+    "AttemptOf",
     "ParentLink",
     "awaited_children",
     "child_input",
@@ -102,7 +104,18 @@ def child_input(spec: ChildSpec, snapshot: Mapping[str, JSONValue]) -> JSONDict:
     return {name: snapshot[source] for name, source in spec.input.items() if source in snapshot}
 
 
-def child_outcome(spec: ChildSpec, task: TaskState, child: Run) -> Completed | Failed | None:
+class AttemptOf(Protocol):
+    """What names an attempt (a parked :class:`TaskState` or an ``Activation``)."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+
+
+def child_outcome(spec: ChildSpec, task: AttemptOf, child: Run) -> Completed | Failed | None:
     """The attempt's outcome once ``child`` has ended (``None`` while it has not)."""
     task_id, node_id, attempt = task.task_id, task.node_id, task.attempt
     details: JSONDict = {"child_run_id": child.id}

@@ -23,6 +23,7 @@ from docket.graph.nodes import Failure, NodeContext, NodeRegistry, NodeState, Re
 from docket.graph.reducers import R
 from docket.graph.schema import S
 from docket.records import PARENT_KEY, EventType, Run, RunStatus
+from docket.testing import run_inline
 from docket.values import JSONDict
 from tests.runtime.helpers import check_events, later, memory_docket
 
@@ -298,3 +299,23 @@ def test_saving_a_parent_checks_the_child_interface() -> None:
             assert "no output 'nope'" in text
 
     asyncio.run(scenario())
+
+
+def test_the_inline_runner_runs_children_inline() -> None:
+    app: dict[str, Any] = {"calls": []}
+    result = run_inline(
+        parent(), {"n": 3}, nodes=NODES, context=app, graphs={"double": CHILD}, run_id="i"
+    )
+    assert result.run.status is RunStatus.DONE and result.run.output == {"result": 6}
+    assert app["calls"] == [("i:0:call:1@1", 3)]
+    mapped = run_inline(MAPPED, {"count": 3}, nodes=NODES, context=app, graphs={"double": CHILD})
+    assert mapped.run.output == {"results": [0, 2, 4]}
+    # an inline run is as deterministic as a worker's: the same input, the same document
+    again = run_inline(MAPPED, {"count": 3}, nodes=NODES, context=app, graphs={"double": CHILD})
+    assert again.run == mapped.run
+
+
+def test_the_inline_runner_fails_a_child_node_whose_graph_it_was_not_given() -> None:
+    result = run_inline(parent(), {"n": 3}, nodes=NODES, context={"calls": []})
+    assert result.run.status is RunStatus.FAILED and result.run.failure is not None
+    assert "child_graph_unusable" in str(result.run.failure.details["errors"])
