@@ -7,6 +7,7 @@ survives being lost (the parent's recheck finds the ended child)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from docket.graph.schema import S
 from docket.records import PARENT_KEY, EventType, Run, RunStatus
 from docket.testing import run_inline
 from docket.values import JSONDict
+from tests.runtime import child_scenarios as e2e
 from tests.runtime.helpers import check_events, later, memory_docket
 
 NODES = NodeRegistry()
@@ -319,3 +321,12 @@ def test_the_inline_runner_fails_a_child_node_whose_graph_it_was_not_given() -> 
     result = run_inline(parent(), {"n": 3}, nodes=NODES, context={"calls": []})
     assert result.run.status is RunStatus.FAILED and result.run.failure is not None
     assert "child_graph_unusable" in str(result.run.failure.details["errors"])
+
+
+def test_children_end_to_end_on_memory_and_a_sqlite_file(tmp_path: Path) -> None:
+    async def scenario(target: Any) -> None:
+        async with Docket(target, **e2e.options()) as d:
+            await e2e.run_scenario(d)
+
+    asyncio.run(scenario(MemoryBackend()))
+    asyncio.run(scenario(f"sqlite:///{tmp_path / 'children.db'}"))
