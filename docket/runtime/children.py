@@ -277,12 +277,15 @@ class Children:
             t.status == TASK_CHILD_RUNNING for t in after.active_tasks.values()
         )
 
-    async def after_commit(self, owner: OwnerScope, before: Run, after: Run) -> None:
-        """Start the children ``after`` newly waits for, cancel those it dropped, and hand
-        ``after``'s end to its parent if it is a child that just ended."""
+    async def after_commit(
+        self, owner: OwnerScope, before: Run, after: Run, *, ended: str | None = None
+    ) -> None:
+        """Start the children ``after`` newly waits for, cancel those it dropped (but
+        ``ended``, the child whose end this commit settled), and hand ``after``'s end to
+        its parent if it is a child that just ended."""
         was, now_waiting = awaited_children(before), awaited_children(after)
         new = [(ident, task) for ident, task in now_waiting.items() if ident not in was]
-        dropped = [ident for ident in was if ident not in now_waiting]
+        dropped = [ident for ident in was if ident not in now_waiting and ident != ended]
         if new:
             await self._start_new(owner, after, new)
         if dropped:
@@ -390,7 +393,7 @@ class Children:
             )
             if isinstance(result, SignalResult):
                 if result.previous is not None:
-                    await self.after_commit(owner, result.previous, result.run)
+                    await self.after_commit(owner, result.previous, result.run, ended=ident)
                 return
             if isinstance(result, CoreError):
                 log.warning("child %s cannot be handed to %s: %s", ident, parent_id, result)
