@@ -39,7 +39,7 @@ def graph(child: ChildSpec | dict[str, Any], **node: Any) -> Graph:
 
 def _problems(g: Graph) -> list[tuple[str, str]]:
     return [
-        (str(d.code), "/" + "/".join(d.path))
+        (str(d.code), "/" + "/".join(str(p) for p in d.path))
         for d in compile_graph(g, NODES).diagnostics
         if d.code is DiagnosticCode.INVALID_CHILD
     ]
