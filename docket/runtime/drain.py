@@ -222,7 +222,9 @@ class Drainer:
         )
         self._children = Children(
             backend,
-            graphs,
+            # structure is all a child's start or hand-off needs: a worker that serves
+            # only the children's nodes can still hand their ends to the parent
+            GraphCache(backend, None, executable=False),
             settings,
             ids=ids,
             limits=self._limits,
