@@ -295,10 +295,16 @@ class Children:
         was, now_waiting = awaited_children(before), awaited_children(after)
         new = [(ident, task) for ident, task in now_waiting.items() if ident not in was]
         dropped = [ident for ident in was if ident not in now_waiting and ident != ended]
-        if new:
-            await self._start_new(owner, after, new)
-        if dropped:
-            await asyncio.gather(*(self._cancel_if_running(owner, i) for i in dropped))
+        try:
+            if new:
+                await self._start_new(owner, after, new)
+            if dropped:
+                await asyncio.gather(*(self._cancel_if_running(owner, i) for i in dropped))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # the commit stands; a start the store refused now is the recheck's to repeat
+            log.exception("starting or cancelling the children of run %s failed", after.id)
         if after.status.terminal and not before.status.terminal:
             await self.hand_off(owner, after)
 
