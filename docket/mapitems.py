@@ -14,9 +14,11 @@ Where each state comes from (docs/execution.md, "Maps"):
 * **retrying** — a parked task in ``run.active_tasks``; its timer says when it is due;
 * **interrupt** — the item's ``interrupt_requested`` event names an interrupt still open
   (or the item's interrupt request waits as a pending write);
-* **pending** — none of those: not run yet, running now (nothing durable says so), or its
-  work was dropped (a sibling's interrupt, or the run failed) and it runs again when the
-  run goes on.
+* **pending** — none of those: not run yet, running now (nothing durable says so until
+  the superstep settles), or its work was dropped (a sibling's interrupt, or the run
+  failed) and it runs again when the run goes on. A map the running run has activated
+  but whose items have no record yet shows every item pending, over the list its
+  superstep reads.
 
 Only the latest superstep in which a map node has a record is shown: a map inside a loop
 runs again at every turn, and the older turns are history (``runs events`` has them).
@@ -173,12 +175,31 @@ def _failed_items(run: Run, node_id: str) -> set[int]:
     return {i for i in listed if isinstance(i, int)} if isinstance(listed, list) else set()
 
 
-def _current(run: Run, node_id: str) -> bool:
-    """Whether the run document holds work of ``node_id`` in its current superstep."""
+def _current(run: Run, graph: Graph | None, node_id: str) -> bool:
+    """Whether ``node_id`` works in the run's current superstep: the run document holds
+    some of its items' work, or it is activated there (and may be running right now)."""
     return (
         any(t.node_id == node_id for t in run.active_tasks.values())
         or any(w.node_id == node_id for w in run.pending_writes)
         or bool(_failed_items(run, node_id))
+        or _activated(run, graph, node_id)
+    )
+
+
+def _activated(run: Run, graph: Graph | None, node_id: str) -> bool:
+    """A running run plans ``node_id`` for its current superstep: as the core plans it,
+    an edge into it fired (its channel ``edge:<id>`` changed) or it waits to run again
+    after an answer (``pending_nodes``), and no open interrupt of its own pauses it."""
+    if graph is None or run.status is not RunStatus.RUNNING:
+        return False
+    if any(
+        i.node_id == node_id and i.status is InterruptStatus.OPEN for i in run.interrupts.values()
+    ):
+        return False
+    return node_id in run.pending_nodes or any(
+        f"edge:{edge_id}" in run.changed_channels
+        for edge_id, edge in graph.edges.items()
+        if edge.target == node_id
     )
 
 
@@ -186,7 +207,7 @@ def _one(
     run: Run, events: Sequence[Event], graph: Graph | None, node_id: str, over: str | None
 ) -> MapProgress:
     mine = [e for e in events if e.node_id == node_id and e.task_id and e.type in _ITEM_EVENTS]
-    steps = {e.step for e in mine} | ({run.step} if _current(run, node_id) else set())
+    steps = {e.step for e in mine} | ({run.step} if _current(run, graph, node_id) else set())
     if not steps:
         return MapProgress(node_id=node_id, over=over, step=None, total=None)
     step = max(steps)

@@ -219,12 +219,13 @@ def test_an_item_that_asked_an_interrupt_holds_its_map() -> None:
     assert (progress.step, progress.total) == (1, 5)
     assert states(progress) == ["pending", "pending", "interrupt", "pending", "pending"]
     assert progress.items[2].interrupt_id == "q2"
-    answered = attrs.evolve(
-        waiting,
-        status=RunStatus.RUNNING,
-        interrupts={"q2": attrs.evolve(asked, status=InterruptStatus.RESOLVED)},
-    )
+    resolved = {"q2": attrs.evolve(asked, status=InterruptStatus.RESOLVED)}
+    answered = attrs.evolve(waiting, status=RunStatus.RUNNING, interrupts=resolved)
     assert states(work(map_progress(answered, events.events, graph()))) == ["pending"] * 5
+    # the answer queued the node to run again: its new superstep, every item to run
+    queued = attrs.evolve(answered, pending_nodes=frozenset({"work"}))
+    progress = work(map_progress(queued, events.events, graph()))
+    assert (progress.step, progress.total, states(progress)) == (2, 5, ["pending"] * 5)
     # an interrupt request still waiting at the barrier (a sibling parked for a retry)
     at_barrier = run(pending_writes=(write(0), write(1, kind=WriteKind.INTERRUPT)))
     progress = work(map_progress(at_barrier, [], graph()))
@@ -267,3 +268,14 @@ def test_without_the_graph_the_events_name_the_maps() -> None:
     assert (progress.node_id, progress.over, progress.total) == ("work", None, None)
     assert [(i.index, str(i.state)) for i in progress.items] == [(0, "done"), (2, "retrying")]
     assert map_progress(run(), events.events, None) == ()
+
+
+def test_a_map_the_running_run_has_activated_shows_its_items_before_any_finish() -> None:
+    # the edge into "work" fired at the last barrier; nothing of step 1 is on record yet
+    events = Timeline().add(EventType.NODE_COMPLETED, 0, "r:0:split", node="split", attempt=1)
+    activated = run(changed_channels=frozenset({"edge:b", "state:items"}))
+    progress = work(map_progress(activated, events.events, graph()))
+    assert (progress.step, progress.total, states(progress)) == (1, 5, ["pending"] * 5)
+    # the same document once the run stopped running: nothing is queued any more
+    cancelled = attrs.evolve(activated, status=RunStatus.CANCELLED)
+    assert work(map_progress(cancelled, events.events, graph())).step is None
