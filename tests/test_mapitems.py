@@ -4,6 +4,7 @@ item can be in, which superstep is shown, and what is known without the graph.""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import attrs
 
@@ -55,7 +56,7 @@ def graph() -> Graph:
     )
 
 
-def run(status: RunStatus = RunStatus.RUNNING, step: int = 1, items: int = 5, **kw: object) -> Run:
+def run(status: RunStatus = RunStatus.RUNNING, step: int = 1, items: int = 5, **kw: Any) -> Run:
     listed: list[JSONValue] = list(range(items))
     base = Run(
         id="r",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, assert_never
 
 from docket.cli._output import _when, one_line
 from docket.mapitems import ItemState, MapItem, MapProgress
@@ -30,9 +30,11 @@ def _item_line(item: MapItem) -> str:
             text = f"waits for an answer to {asked}"
         case ItemState.DONE:
             text = f"done (attempt {item.attempt or '?'})"
-        case _:
+        case ItemState.PENDING:
             last = f"; attempt {item.attempt} failed: {reason}" if reason else ""
             text = f"not finished{last}"
+        case _:
+            assert_never(item.state)
     return f"  [{item.index}] {text}"
 
 
