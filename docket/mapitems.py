@@ -215,50 +215,80 @@ def _one(
     retried = max(
         (e.seq for e in events if e.type is EventType.RUN_RETRIED and e.step == step), default=0
     )
-    done: dict[int, int | None] = {}
-    failures: dict[int, tuple[int | None, str | None, bool]] = {}
-    asked: dict[int, str | None] = {}
-    empty = committed = False
-    for e in mine:
-        if e.step != step or e.seq <= retried:
-            continue
-        index = item_index(e.task_id or "")
-        attempt = e.payload.get("attempt")
-        tried = attempt if isinstance(attempt, int) else None
-        if e.type is EventType.NODE_COMPLETED:
-            committed = True
-            if index is None:
-                empty = e.payload.get("items") == 0
-            else:
-                done[index] = tried
-        elif index is None:
-            continue
-        elif e.type is EventType.NODE_FAILED:
-            reason = e.payload.get("reason")
-            permanent = e.payload.get("permanent") is True
-            failures[index] = (tried, reason if isinstance(reason, str) else None, permanent)
-        else:
-            ident = e.payload.get("interrupt_id")
-            asked[index] = ident if isinstance(ident, str) else None
-
-    retrying: dict[int, MapItem] = {}
-    failed: set[int] = set()
-    opening: set[int] = set()
+    seen = _Seen()
+    seen.read_events(e for e in mine if e.step == step and e.seq > retried)
     if step == run.step:
+        seen.read_document(run, node_id)
+    known = seen.indexes()
+    if seen.empty:
+        total: int | None = 0
+    elif seen.committed:  # the node completed in that step: every item did
+        total = max(known, default=-1) + 1
+    else:
+        listed = _list_value(run, graph, over)
+        total = None if listed is None else max(listed, max(known, default=-1) + 1)
+    prefix = f"{run.id}:{step}:{node_id}"
+    items = tuple(
+        seen.item(run, node_id, index, f"{prefix}[{index}]")
+        for index in (range(total) if total is not None else sorted(known))
+    )
+    return MapProgress(node_id=node_id, over=over, step=step, total=total, items=items)
+
+
+@attrs.define
+class _Seen:
+    """What the events and the run document say about one superstep's items."""
+
+    done: dict[int, int | None] = attrs.Factory(dict)  # index -> the attempt that finished
+    failures: dict[int, tuple[int | None, str | None, bool]] = attrs.Factory(dict)
+    asked: dict[int, str | None] = attrs.Factory(dict)  # index -> interrupt id
+    opening: set[int] = attrs.Factory(set)  # asked, the request still at the barrier
+    retrying: dict[int, MapItem] = attrs.Factory(dict)
+    failed: set[int] = attrs.Factory(set)
+    empty: bool = False  # a map over an empty list completed
+    committed: bool = False  # the superstep committed the node's results
+
+    def read_events(self, events: Iterable[Event]) -> None:
+        for e in events:
+            index = item_index(e.task_id or "")
+            attempt = e.payload.get("attempt")
+            tried = attempt if isinstance(attempt, int) else None
+            if e.type is EventType.NODE_COMPLETED:
+                self.committed = True
+                if index is None:
+                    self.empty = e.payload.get("items") == 0
+                else:
+                    self.done[index] = tried
+            elif index is None:
+                continue
+            elif e.type is EventType.NODE_FAILED:
+                reason = e.payload.get("reason")
+                permanent = e.payload.get("permanent") is True
+                self.failures[index] = (
+                    tried,
+                    reason if isinstance(reason, str) else None,
+                    permanent,
+                )
+            else:
+                ident = e.payload.get("interrupt_id")
+                self.asked[index] = ident if isinstance(ident, str) else None
+
+    def read_document(self, run: Run, node_id: str) -> None:
+        """The current superstep's pending writes, parked tasks and failure."""
         for write in run.pending_writes:
             if write.node_id != node_id or (index := item_index(write.task_id)) is None:
                 continue
             if write.kind is WriteKind.INTERRUPT:  # not opened yet: the barrier opens it
                 ident = write.value.get("id")
-                asked[index] = ident if isinstance(ident, str) and ident else None
-                opening.add(index)
+                self.asked[index] = ident if isinstance(ident, str) and ident else None
+                self.opening.add(index)
             else:
-                done[index] = write.attempt
+                self.done[index] = write.attempt
         for task in run.active_tasks.values():
             if task.node_id != node_id or (index := item_index(task.task_id)) is None:
                 continue
             timer = run.timers.get(task.task_id)
-            retrying[index] = MapItem(
+            self.retrying[index] = MapItem(
                 index=index,
                 task_id=task.task_id,
                 state=ItemState.RETRYING,
@@ -266,64 +296,40 @@ def _one(
                 reason=task.failures[-1].reason if task.failures else None,
                 retry_at=None if timer is None else timer.fires_at,
             )
-        failed = _failed_items(run, node_id)
+        self.failed = _failed_items(run, node_id)
         if run.status is RunStatus.FAILED:
-            failed |= {i for i, (_, _, permanent) in failures.items() if permanent}
+            self.failed |= {i for i, (_, _, permanent) in self.failures.items() if permanent}
 
-    known = {*done, *failures, *asked, *retrying, *failed}
-    if empty:
-        total: int | None = 0
-    elif committed:  # the node completed in that step: every item did
-        total = max(known) + 1
-    else:
-        listed = _list_value(run, graph, over)
-        total = None if listed is None else max(listed, max(known, default=-1) + 1)
-    indexes = range(total) if total is not None else sorted(known)
-    prefix = f"{run.id}:{step}:{node_id}"
-    items = []
-    for index in indexes:
-        task_id = f"{prefix}[{index}]"
-        tried, reason, _ = failures.get(index, (None, None, False))
-        if index in done:
-            items.append(
-                MapItem(index=index, task_id=task_id, state=ItemState.DONE, attempt=done[index])
+    def indexes(self) -> set[int]:
+        return {*self.done, *self.failures, *self.asked, *self.retrying, *self.failed}
+
+    def item(self, run: Run, node_id: str, index: int, task_id: str) -> MapItem:
+        """The item's state: done, else failed, retrying, waiting on an interrupt, pending."""
+        tried, reason, _ = self.failures.get(index, (None, None, False))
+        if index in self.done:
+            return MapItem(
+                index=index, task_id=task_id, state=ItemState.DONE, attempt=self.done[index]
             )
-        elif index in failed:
-            if reason is None and run.failure is not None:
+        if index in self.failed:
+            if reason is None and run.failure is not None:  # its event is gone (retention)
                 said_by_node = run.failure.details.get("errors")
                 said = said_by_node.get(node_id) if isinstance(said_by_node, dict) else None
                 reason = said if isinstance(said, str) else None
-            items.append(
-                MapItem(
-                    index=index,
-                    task_id=task_id,
-                    state=ItemState.FAILED,
-                    attempt=tried,
-                    reason=reason,
-                )
+            return MapItem(
+                index=index, task_id=task_id, state=ItemState.FAILED, attempt=tried, reason=reason
             )
-        elif index in retrying:
-            items.append(retrying[index])
-        elif index in opening or (index in asked and _is_open(run, asked[index])):
-            items.append(
-                MapItem(
-                    index=index,
-                    task_id=task_id,
-                    state=ItemState.INTERRUPT,
-                    interrupt_id=asked[index],
-                )
+        if index in self.retrying:
+            return self.retrying[index]
+        if index in self.opening or (index in self.asked and _is_open(run, self.asked[index])):
+            return MapItem(
+                index=index,
+                task_id=task_id,
+                state=ItemState.INTERRUPT,
+                interrupt_id=self.asked[index],
             )
-        else:
-            items.append(
-                MapItem(
-                    index=index,
-                    task_id=task_id,
-                    state=ItemState.PENDING,
-                    attempt=tried,
-                    reason=reason,
-                )
-            )
-    return MapProgress(node_id=node_id, over=over, step=step, total=total, items=tuple(items))
+        return MapItem(
+            index=index, task_id=task_id, state=ItemState.PENDING, attempt=tried, reason=reason
+        )
 
 
 def _is_open(run: Run, interrupt_id: str | None) -> bool:

@@ -1,19 +1,24 @@
 """``docket.mapitems.map_progress`` on hand-built run documents and events: each state an
-item can be in, which superstep is shown, and what is known without the graph."""
+item can be in, which superstep is shown, and what is known without the graph; then the
+same view of runs the engine wrote on a SQLite file (a failed map, an interrupt)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import attrs
 
+from docket import Docket
 from docket.graph.builder import GraphBuilder
 from docket.graph.maps import MapSpec
 from docket.graph.model import FINISH, START, Graph
+from docket.graph.nodes import Interrupt, NodeContext, NodeRegistry, NodeState, RetryPolicy
 from docket.graph.reducers import R
 from docket.graph.schema import S
-from docket.mapitems import ItemState, MapItem, MapProgress, map_progress
+from docket.mapitems import ItemState, MapItem, MapProgress, map_progress, read_map_progress
 from docket.records import (
     TASK_RETRY_SCHEDULED,
     TIMER_RETRY,
@@ -280,3 +285,94 @@ def test_a_map_the_running_run_has_activated_shows_its_items_before_any_finish()
     # the same document once the run stopped running: nothing is queued any more
     cancelled = attrs.evolve(activated, status=RunStatus.CANCELLED)
     assert work(map_progress(cancelled, events.events, graph())).step is None
+
+
+def test_a_completion_without_item_payloads_still_counts() -> None:
+    # defensive: a map's plain completion that does not say ``items: 0``
+    events = Timeline().add(EventType.NODE_COMPLETED, 1, "r:1:work", attempt=1)
+    progress = work(map_progress(run(RunStatus.DONE, step=2), events.events, graph()))
+    assert (progress.step, progress.total, progress.items) == (1, 0, ())
+
+
+# -- the same view of documents the engine wrote, on a SQLite file --------------------------
+
+NODES = NodeRegistry()
+
+
+@NODES.node("split")
+def split(state: NodeState, ctx: NodeContext) -> JSONDict:
+    return {"items": list(range(int(str(state["count"]))))}
+
+
+@NODES.node("work")
+def work_node(state: NodeState, ctx: NodeContext) -> JSONDict | Interrupt:
+    mode, index = ctx.application["mode"], ctx.item_index
+    if mode == "broken" and index in (1, 3):
+        raise RuntimeError(f"item {index} is broken")
+    if mode == "ask" and index == 2 and "answer" not in state:
+        return Interrupt("answer", schema=S.string(), id=f"q{index}")
+    assert isinstance(index, int)
+    return {"out": index * 10}
+
+
+def engine_graph() -> Graph:
+    return (
+        GraphBuilder("g")
+        .input("count", S.integer(), required=True)
+        .field("items", S.list(S.integer()))
+        .field("out", S.list(S.integer()), reducer=R.append())
+        .field("answer", S.string())
+        .node("split", "split")
+        .node(
+            "work",
+            "work",
+            map=MapSpec(over="items", item="n"),
+            retry=RetryPolicy(max_attempts=2, backoff_ms=0),
+        )
+        .edge("a", START, "split")
+        .edge("b", "split", "work")
+        .edge("c", "work", FINISH)
+        .build()
+    )
+
+
+async def _settle(docket: Docket, run_id: str) -> Run:
+    for _ in range(10):  # each drain takes what is due; the retries are due at once
+        await docket.drain_due()
+        current = await docket.fetch_run(run_id)
+        if current.status is not RunStatus.RUNNING:
+            return current
+    raise AssertionError(f"run {run_id} did not settle: {current.status}")
+
+
+def test_the_view_of_runs_the_engine_wrote(tmp_path: Path) -> None:
+    async def scenario(mode: str) -> list[tuple[MapProgress, ...]]:
+        seen = []
+        url = f"sqlite:///{tmp_path / f'{mode}.db'}"
+        async with Docket(url, nodes=NODES, context={"mode": mode}) as docket:
+            ref = await docket.save_graph(engine_graph())
+            await docket.start_run(ref, {"count": 5}, run_id="r")
+            current = await _settle(docket, "r")
+            seen.append(await read_map_progress(docket, current))
+            if mode == "ask":
+                await docket.resolve_interrupt("r", "q2", "yes")
+                current = await _settle(docket, "r")
+                assert current.status is RunStatus.DONE, current.failure
+                seen.append(await read_map_progress(docket, current))
+        return seen
+
+    (failed,) = asyncio.run(scenario("broken"))
+    (progress,) = failed
+    assert states(progress) == ["done", "failed", "done", "failed", "done"]
+    assert [(i.attempt, i.reason) for i in progress.items if i.state is ItemState.FAILED] == [
+        (2, "exception: RuntimeError: item 1 is broken"),
+        (2, "exception: RuntimeError: item 3 is broken"),
+    ]
+
+    waiting, done = asyncio.run(scenario("ask"))
+    (progress,) = waiting
+    assert (progress.step, progress.total) == (1, 5)
+    assert states(progress) == ["pending", "pending", "interrupt", "pending", "pending"]
+    assert progress.items[2].interrupt_id == "q2"
+    (progress,) = done  # every item ran again, one superstep later, and finished
+    assert (progress.step, states(progress)) == (2, ["done"] * 5)
