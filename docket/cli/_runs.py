@@ -12,6 +12,7 @@ from docket.cli._common import (
     _fail,
     _with_docket,
 )
+from docket.cli._maps import _maps_json, _print_maps
 from docket.cli._output import (
     _EVENT_HEADERS,
     _emit,
@@ -25,6 +26,7 @@ from docket.cli._output import (
     one_line,
 )
 from docket.facade import Docket
+from docket.mapitems import MapProgress, read_map_progress
 from docket.records import (
     InterruptState,
     RunCursor,
@@ -164,11 +166,16 @@ def _runs_list(args: argparse.Namespace) -> int:
 
 
 def _runs_show(args: argparse.Namespace) -> int:
-    info = _with_docket(
-        args, lambda d: d.inspect_run(args.run_id, tenant_id=args.tenant), must_exist=True
-    )
+    async def read(d: Docket) -> tuple[RunInfo, tuple[MapProgress, ...]]:
+        info = await d.inspect_run(args.run_id, tenant_id=args.tenant)
+        return info, await read_map_progress(d, info.run, tenant_id=args.tenant)
+
+    info, maps = _with_docket(args, read, must_exist=True)
     if args.json:
-        _emit(_info_json(info))
+        shown = _info_json(info)
+        if maps and isinstance(shown, dict):  # only graphs with maps: others keep their shape
+            shown["maps"] = _maps_json(maps)
+        _emit(shown)
         return 0
     run = info.run
     lines = [
@@ -198,6 +205,7 @@ def _runs_show(args: argparse.Namespace) -> int:
         print(f"output  {json.dumps(run.output, ensure_ascii=False)}")
     if run.failure is not None:
         _print_failure(run.failure)
+    _print_maps(maps)
     return 0
 
 

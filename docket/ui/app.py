@@ -35,6 +35,7 @@ from docket import errors
 from docket.facade import Docket
 from docket.graph.model import Graph
 from docket.graph.render import to_mermaid
+from docket.mapitems import read_map_progress
 from docket.records import (
     DURABLE_STATUSES,
     Event,
@@ -418,6 +419,7 @@ class Console:
                 break
             after = chunk.next_after_seq
         svg = render_svg(graph, states_from_events(run, every)) if graph is not None else None
+        maps = await read_map_progress(self.docket, run, tenant_id=tenant, graph=graph)
 
         latest = run.event_seq
         shown_after = request.query_params.get("events_after")
@@ -468,6 +470,7 @@ class Console:
             latest_link=self._run_url(run_id, tenant) + "#timeline",
             interrupts=interrupts,
             state=fields_shown,
+            maps=maps,
             error=error,
             can_cancel=run.status in (RunStatus.RUNNING, RunStatus.WAITING),
             refresh=run.status is RunStatus.RUNNING and not info.poisoned,

@@ -11,6 +11,9 @@ import tempfile
 from pathlib import Path
 
 from docket import SyncDocket
+from docket.ui.app import segment
+from tests.cli.map_app import RUN_ID as MAP_RUN_ID
+from tests.cli.map_app import MapRun
 from tests.ui import demo
 from tests.ui.serving import chromium, serve
 
@@ -55,6 +58,19 @@ def main(target: Path) -> None:
             page.screenshot(path=str(target / "console-poisoned.png"))
             page.goto(f"{base}/runs/report-0101")
             page.screenshot(path=str(target / "console-failed.png"))
+
+    photograph_map(target)
+
+
+def photograph_map(target: Path) -> None:
+    """A map run whose item 1 waits for its retry: the run page's map card."""
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = MapRun(Path(tmp) / "maps.db")
+        scenario.parked(count=8)
+        with serve(scenario.db) as base, chromium(width=1280, height=1400) as browser:
+            page = browser.new_page()
+            page.goto(f"{base}/runs/{segment(MAP_RUN_ID)}")
+            page.locator(".map-items").first.screenshot(path=str(target / "console-maps.png"))
 
 
 if __name__ == "__main__":
