@@ -73,6 +73,7 @@ from docket.runtime.lifecycle import (
     SignalResult,
     commit,
     signal,
+    stamp_clock,
 )
 from docket.settings import Settings
 from docket.telemetry import Telemetry, stamp_logger
@@ -121,6 +122,7 @@ class Children:
         self._policy = CommitPolicy(
             attempts=settings.commit_attempts, backoff=settings.commit_backoff
         )
+        self._clock = stamp_clock(backend)  # a server's clock without a round trip each time
 
     # -- 1 and 3: outcomes of child attempts ------------------------------------------
 
@@ -236,7 +238,7 @@ class Children:
         if isinstance(rtg, GraphProblem):
             return failed("child_graph_unusable", rtg.message)
         if now is None:
-            now = await self._backend.now()
+            now = await self._clock()
         created = build_initial_run(
             rtg,
             child_input(spec, task.snapshot),
@@ -314,7 +316,7 @@ class Children:
         rtg = await self._graphs.get(owner, GraphRef(parent.graph_id, parent.graph_hash))
         if isinstance(rtg, GraphProblem):
             return  # the parent's recheck runs where its graph can be used
-        now = await self._backend.now()  # one clock read for the batch
+        now = await self._clock()  # one clock read for the batch
 
         async def one(ident: str, task: TaskState) -> str | None:
             spec = rtg.nodes[task.node_id].child if task.node_id in rtg.nodes else None
@@ -365,24 +367,37 @@ class Children:
         if link is None:
             return
         try:
-            await self._deliver(owner, link.run_id, child.id, child)
+            known = None
+            if link.graph_id is not None and link.graph_hash is not None:
+                known = GraphRef(link.graph_id, link.graph_hash)
+            await self._deliver(owner, link.run_id, child.id, child, graph=known)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("handing child run %s to parent %s failed", child.id, link.run_id)
 
     async def _deliver(
-        self, owner: OwnerScope, parent_id: str, ident: str, ended: Run | Failed
+        self,
+        owner: OwnerScope,
+        parent_id: str,
+        ident: str,
+        ended: Run | Failed,
+        *,
+        graph: GraphRef | None = None,
     ) -> None:
-        parent = await self._backend.runs.fetch_run(owner, parent_id)
-        if isinstance(parent, NotFound):
-            return
-        rtg = await self._graphs.get(owner, GraphRef(parent.graph_id, parent.graph_hash))
+        if graph is None:  # a link written without the parent's graph: read the parent
+            parent = await self._backend.runs.fetch_run(owner, parent_id)
+            if isinstance(parent, NotFound):
+                return
+            graph = GraphRef(parent.graph_id, parent.graph_hash)
+        rtg = await self._graphs.get(owner, graph)
         if isinstance(rtg, GraphProblem):
             log.warning("parent %s of child %s: %s", parent_id, ident, rtg.message)
             return
 
         def settle_child(run: Run, now: datetime) -> Moment | Unchanged | CoreError:
+            if (run.graph_id, run.graph_hash) != (rtg.graph_id, rtg.graph_hash):
+                return Unchanged(run)  # not the parent the link names
             task = waiting_task(run, ident)
             if task is None:
                 return Unchanged(run)
@@ -410,6 +425,7 @@ class Children:
                 attempts=self._settings.signal_attempts,
                 observers=self._observers,
                 telemetry=self._telemetry,
+                clock=self._clock,
             )
             if isinstance(result, SignalResult):
                 if result.previous is not None:

@@ -140,7 +140,10 @@ def test_a_parent_runs_a_child_and_takes_its_output() -> None:
             assert child_id == "p:0:call:1@1"
             child = await docket.fetch_run(str(child_id))
             assert child.status is RunStatus.DONE and child.output == {"twice": 42}
-            assert child.metadata[PARENT_KEY] == {
+            link = child.metadata[PARENT_KEY]
+            assert isinstance(link, dict) and link.pop("graph_hash") == ref.graph_hash
+            assert link == {
+                "graph_id": "parent",
                 "run_id": "p",
                 "task_id": "p:0:call",
                 "node_id": "call",
