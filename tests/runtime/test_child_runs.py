@@ -140,7 +140,10 @@ def test_a_parent_runs_a_child_and_takes_its_output() -> None:
             assert child_id == "p:0:call:1@1"
             child = await docket.fetch_run(str(child_id))
             assert child.status is RunStatus.DONE and child.output == {"twice": 42}
-            assert child.metadata[PARENT_KEY] == {
+            link = child.metadata[PARENT_KEY]
+            assert isinstance(link, dict) and link.pop("graph_hash") == ref.graph_hash
+            assert link == {
+                "graph_id": "parent",
                 "run_id": "p",
                 "task_id": "p:0:call",
                 "node_id": "call",
@@ -214,15 +217,24 @@ def test_cancelling_the_parent_cancels_its_running_child() -> None:
     async def scenario() -> None:
         docket, _, _ = memory_docket(nodes=NODES, context={})
         async with docket:
-            await docket.save_graph(CHILD)
-            ref = await docket.save_graph(parent())
+            await docket.save_graph(GATED)
+            ref = await docket.save_graph(
+                GraphBuilder("waits")
+                .input("n", S.integer(), required=True)
+                .field("result", S.integer())
+                .node(
+                    "call",
+                    child=ChildSpec(graph="gated", input={"n": "n"}, output={"result": "twice"}),
+                )
+                .edge("a", START, "call")
+                .output("result")
+                .build()
+            )
             await docket.start_run(ref, {"n": 1}, run_id="p")
-            # one drain: the parent asks for its child and starts it; the child is not run
-            await docket.drain_due(max_runs=1)
-            child_id = "p:0:call:1@1"
-            assert (await docket.fetch_run(child_id)).status is RunStatus.RUNNING
+            # the parent asks for its child; the child waits for an answer
+            await _settle_until(docket, "p:0:call:1@1", RunStatus.WAITING)
             await docket.cancel_run("p")
-            assert (await docket.fetch_run(child_id)).status is RunStatus.CANCELLED
+            assert (await docket.fetch_run("p:0:call:1@1")).status is RunStatus.CANCELLED
 
     asyncio.run(scenario())
 
@@ -234,7 +246,6 @@ def test_a_lost_hand_off_is_found_by_the_parents_recheck() -> None:
             await docket.save_graph(CHILD)
             ref = await docket.save_graph(parent())
             await docket.start_run(ref, {"n": 4}, run_id="p")
-            await docket.drain_due(max_runs=1)  # the parent parks, the child starts
 
             # lose the hand-off: the child's end is committed but never handed to the parent
             async def no_hand_off(self: object, owner: object, child: Run) -> None:
@@ -243,7 +254,7 @@ def test_a_lost_hand_off_is_found_by_the_parents_recheck() -> None:
             original = type(docket._drainer._children).hand_off
             type(docket._drainer._children).hand_off = no_hand_off  # type: ignore[method-assign]
             try:
-                await docket.drain_due()
+                await docket.drain_due()  # the parent parks, its child starts and ends
             finally:
                 type(docket._drainer._children).hand_off = original  # type: ignore[method-assign]
             assert (await docket.fetch_run("p:0:call:1@1")).status is RunStatus.DONE
@@ -432,3 +443,23 @@ async def _settle_until(docket: Docket, run_id: str, status: RunStatus) -> Run:
         if run.status is status:
             return run
     raise AssertionError(f"run {run_id} never reached {status}")
+
+
+def test_a_worker_drains_the_child_it_started_in_the_parents_slot() -> None:
+    async def scenario() -> None:
+        docket, _, _ = memory_docket(nodes=NODES, context={"calls": []})
+        async with docket:
+            await docket.save_graph(CHILD)
+            ref = await docket.save_graph(parent())
+            await docket.start_run(ref, {"n": 2}, run_id="p")
+            summary = await docket.drain_due(max_runs=1)  # one claim: the parent's
+            assert [o.run_id for o in summary.outcomes] == ["p"]
+            # ... yet the child ran in the same drain, and its end reached the parent
+            assert (await docket.fetch_run("p:0:call:1@1")).status is RunStatus.DONE
+            parent_run = await docket.fetch_run("p")
+            assert not parent_run.active_tasks and parent_run.pending_writes == ()
+            assert parent_run.step == 1  # the hand-off committed the barrier
+            done = await _settle(docket, "p")
+            assert done.output == {"result": 4}
+
+    asyncio.run(scenario())
