@@ -214,10 +214,18 @@ class Children:
     # -- 2: starting ------------------------------------------------------------------
 
     async def start(
-        self, owner: OwnerScope, parent: Run, task: TaskState, ident: str, spec: ChildSpec
+        self,
+        owner: OwnerScope,
+        parent: Run,
+        task: TaskState,
+        ident: str,
+        spec: ChildSpec,
+        *,
+        now: datetime | None = None,
     ) -> Run | Failed:
         """Create the child ``ident`` of ``task`` (or adopt it if it exists); a child that
-        cannot be created is the attempt's permanent failure."""
+        cannot be created is the attempt's permanent failure. ``now``: the store's time
+        (read here when not given)."""
 
         def failed(kind: str, text: str) -> Failed:
             return _failed(task.task_id, task.node_id, task.attempt, kind, text)
@@ -227,7 +235,8 @@ class Children:
         rtg = await self._graphs.get(owner, GraphRef(spec.graph, spec.graph_hash))
         if isinstance(rtg, GraphProblem):
             return failed("child_graph_unusable", rtg.message)
-        now = await self._backend.now()
+        if now is None:
+            now = await self._backend.now()
         created = build_initial_run(
             rtg,
             child_input(spec, task.snapshot),
@@ -277,12 +286,15 @@ class Children:
             t.status == TASK_CHILD_RUNNING for t in after.active_tasks.values()
         )
 
-    async def after_commit(self, owner: OwnerScope, before: Run, after: Run) -> None:
-        """Start the children ``after`` newly waits for, cancel those it dropped, and hand
-        ``after``'s end to its parent if it is a child that just ended."""
+    async def after_commit(
+        self, owner: OwnerScope, before: Run, after: Run, *, ended: str | None = None
+    ) -> None:
+        """Start the children ``after`` newly waits for, cancel those it dropped (but
+        ``ended``, the child whose end this commit settled), and hand ``after``'s end to
+        its parent if it is a child that just ended."""
         was, now_waiting = awaited_children(before), awaited_children(after)
         new = [(ident, task) for ident, task in now_waiting.items() if ident not in was]
-        dropped = [ident for ident in was if ident not in now_waiting]
+        dropped = [ident for ident in was if ident not in now_waiting and ident != ended]
         if new:
             await self._start_new(owner, after, new)
         if dropped:
@@ -296,16 +308,21 @@ class Children:
         rtg = await self._graphs.get(owner, GraphRef(parent.graph_id, parent.graph_hash))
         if isinstance(rtg, GraphProblem):
             return  # the parent's recheck runs where its graph can be used
-        started: list[str] = []
-        for ident, task in new:
+        now = await self._backend.now()  # one clock read for the batch
+
+        async def one(ident: str, task: TaskState) -> str | None:
             spec = rtg.nodes[task.node_id].child if task.node_id in rtg.nodes else None
             if spec is None:
-                continue
-            result = await self.start(owner, parent, task, ident, spec)
+                return None
+            result = await self.start(owner, parent, task, ident, spec, now=now)
             if isinstance(result, Failed):
                 await self._deliver(owner, parent.id, ident, result)
-            else:
-                started.append(ident)
+                return None
+            return ident
+
+        # concurrently: a map's children reach a group-committing store together
+        results = await asyncio.gather(*(one(ident, task) for ident, task in new))
+        started = [ident for ident in results if ident is not None]
         if not started:
             return
         # A cancel may have ended the parent between its commit and these starts: the
@@ -390,7 +407,7 @@ class Children:
             )
             if isinstance(result, SignalResult):
                 if result.previous is not None:
-                    await self.after_commit(owner, result.previous, result.run)
+                    await self.after_commit(owner, result.previous, result.run, ended=ident)
                 return
             if isinstance(result, CoreError):
                 log.warning("child %s cannot be handed to %s: %s", ident, parent_id, result)

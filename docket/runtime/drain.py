@@ -222,7 +222,9 @@ class Drainer:
         )
         self._children = Children(
             backend,
-            graphs,
+            # structure is all a child's start or hand-off needs: a worker that serves
+            # only the children's nodes can still hand their ends to the parent
+            GraphCache(backend, None, executable=False),
             settings,
             ids=ids,
             limits=self._limits,
@@ -535,6 +537,8 @@ class Drainer:
         (``docket.runtime.children``). ``None`` when the claim was lost; a time when the
         dispatch only rechecked children that are still running (nothing to commit: the
         caller hands the claim back until then)."""
+        if not rtg.has_children:
+            return await self._execute(rtg, dispatch, heartbeat, dispatch.now)
         children = [a for a in dispatch.activations if is_child_dispatch(rtg, a)]
         if not children:
             return await self._execute(rtg, dispatch, heartbeat, dispatch.now)

@@ -20,7 +20,7 @@ from docket.graph.children import ChildSpec
 from docket.graph.compiler import compile_graph
 from docket.graph.maps import MapSpec
 from docket.graph.model import FINISH, START, Graph
-from docket.graph.nodes import Failure, NodeContext, NodeRegistry, NodeState, RetryPolicy
+from docket.graph.nodes import Failure, Interrupt, NodeContext, NodeRegistry, NodeState, RetryPolicy
 from docket.graph.reducers import R
 from docket.graph.schema import S
 from docket.records import PARENT_KEY, EventType, Run, RunStatus
@@ -330,3 +330,105 @@ def test_children_end_to_end_on_memory_and_a_sqlite_file(tmp_path: Path) -> None
 
     asyncio.run(scenario(MemoryBackend()))
     asyncio.run(scenario(f"sqlite:///{tmp_path / 'children.db'}"))
+
+
+@NODES.node("kids.gate")
+def gate(state: NodeState, ctx: NodeContext) -> JSONDict | Failure | Interrupt:
+    n = state["n"]
+    assert isinstance(n, int)
+    if n == 0:
+        return Failure("item 0 fails for good", retryable=False)
+    if state.get("answer") is None:
+        return Interrupt("answer", id=f"ask-{n}")
+    return {"twice": n * 2}
+
+
+GATED = (
+    GraphBuilder("gated")
+    .input("n", S.integer(), required=True)
+    .field("twice", S.integer())
+    .field("answer", S.string())
+    .node("work", "kids.gate")
+    .edge("a", START, "work")
+    .edge("b", "work", FINISH)
+    .output("twice")
+    .build()
+)
+
+
+def test_a_parent_that_fails_cancels_the_children_it_still_waits_for() -> None:
+    async def scenario() -> None:
+        docket, _, _ = memory_docket(nodes=NODES, context={"calls": []})
+        async with docket:
+            await docket.save_graph(GATED)
+            gated_many = (
+                GraphBuilder("gated-many")
+                .input("count", S.integer(min=0), required=True)
+                .field("items", S.list(S.integer()))
+                .field("results", S.list(S.integer()), reducer=R.append())
+                .node("split", "kids.split")
+                .node(
+                    "each",
+                    child=ChildSpec(
+                        graph="gated", input={"n": "item"}, output={"results": "twice"}
+                    ),
+                    map=MapSpec(over="items", item="item"),
+                )
+                .edge("a", START, "split")
+                .edge("b", "split", "each")
+                .output("results")
+                .build()
+            )
+            ref = await docket.save_graph(gated_many)
+            await docket.start_run(ref, {"count": 2}, run_id="g")
+            failed = await _settle(docket, "g")
+            assert failed.status is RunStatus.FAILED and failed.failure is not None
+            assert "child_failed" in str(failed.failure.details["errors"])
+            # item 1's child was waiting on its interrupt: nobody waits for it any more
+            waiting = await docket.fetch_run("g:1:each[1]:1@2")
+            assert waiting.status is RunStatus.CANCELLED
+            assert (await docket.fetch_run("g:1:each[0]:1@2")).status is RunStatus.FAILED
+
+    asyncio.run(scenario())
+
+
+def test_cancelling_a_child_fails_its_parents_attempt_for_good() -> None:
+    async def scenario() -> None:
+        docket, _, _ = memory_docket(nodes=NODES, context={"calls": []})
+        async with docket:
+            await docket.save_graph(GATED)
+            ref = await docket.save_graph(
+                GraphBuilder("one-gated")
+                .input("n", S.integer(), required=True)
+                .field("result", S.integer())
+                .node(
+                    "call",
+                    child=ChildSpec(graph="gated", input={"n": "n"}, output={"result": "twice"}),
+                    retry=RetryPolicy(max_attempts=3),
+                )
+                .edge("a", START, "call")
+                .output("result")
+                .build()
+            )
+            await docket.start_run(ref, {"n": 5}, run_id="c")
+            await _settle_until(docket, "c:0:call:1@1", RunStatus.WAITING)
+            # the child's interrupt is visible: it waits on the child, not on the parent
+            assert (await docket.fetch_run("c")).status is RunStatus.RUNNING
+            await docket.cancel_run("c:0:call:1@1")
+            parent_run = await docket.fetch_run("c")
+            assert parent_run.status is RunStatus.FAILED and parent_run.failure is not None
+            assert "child_cancelled" in str(parent_run.failure.details["errors"])
+
+    asyncio.run(scenario())
+
+
+async def _settle_until(docket: Docket, run_id: str, status: RunStatus) -> Run:
+    for _ in range(30):
+        await docket.drain_due()
+        try:
+            run = await docket.fetch_run(run_id)
+        except Exception:
+            continue
+        if run.status is status:
+            return run
+    raise AssertionError(f"run {run_id} never reached {status}")
