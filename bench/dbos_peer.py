@@ -8,7 +8,12 @@ does; DBOS records its start, every step's output and its outcome before returni
 - ``single_node``: a workflow awaiting one ``@DBOS.step`` no-op;
 - ``chain_10``: a workflow awaiting ten steps one after another;
 - ``fanout_8``: a workflow starting eight steps at once (``asyncio.gather``) and
-  returning when all have finished (the join).
+  returning when all have finished (the join);
+- ``map_32``: a workflow awaiting one step, then 32 at once, then one;
+- ``child_run``: a workflow starting a child workflow (``DBOS.start_workflow_async`` from
+  inside the workflow: DBOS records the start as the parent's step 1 and derives the
+  child's id from the parent's) and awaiting its handle's result (recorded as step 2,
+  ``DBOS.getResult``); the child awaits one step.
 
 Stores: SQLite — a file of its own per trial through ``system_database_url``, once in
 DBOS's default journal mode (``delete``, the rollback journal: DBOS sets only
@@ -34,11 +39,13 @@ from typing import Any
 import attrs
 
 from bench.durable import Result, _per_run, drive, settled_heap
-from bench.shapes import LAYERS, MAP_ITEMS
+from bench.shapes import CHILD_LAYERS, LAYERS, MAP_ITEMS
 from bench.stores import Place
 
 NO_REDIS = "DBOS has no Redis backend: it runs on SQLite and PostgreSQL only"
 STEP = "bench_noop"
+CHILD_FLOW = "bench_child_run_child"
+GET_RESULT = "DBOS.getResult"  # the step DBOS records when a workflow awaits a handle
 
 _FLOWS: dict[str, Any] = {}
 
@@ -92,8 +99,30 @@ def _workflows() -> dict[str, Any]:
     chain_10 = dbos.workflow(name="bench_chain_10")(_chain_10)
     fanout_8 = dbos.workflow(name="bench_fanout_8")(_fanout_8)
     map_32 = dbos.workflow(name="bench_map_32")(_map_32)
-    _FLOWS.update(single_node=single_node, chain_10=chain_10, fanout_8=fanout_8, map_32=map_32)
+    child: Any = dbos.workflow(name=CHILD_FLOW)(_single_node)
+
+    async def _child_run() -> int:
+        handle = await dbos.start_workflow_async(child)
+        result: int = await handle.get_result()
+        return result
+
+    child_run = dbos.workflow(name="bench_child_run")(_child_run)
+    _FLOWS.update(
+        single_node=single_node,
+        chain_10=chain_10,
+        fanout_8=fanout_8,
+        map_32=map_32,
+        child_run=child_run,
+    )
     return _FLOWS
+
+
+def writes_per_run(shape: str) -> int:
+    """DBOS's durable writes for one run: each workflow's start and outcome, one per step
+    (``child_run``: the parent's two recorded calls, and the child's start, step, outcome)."""
+    if shape == "child_run":
+        return 2 + 2 + 2 + sum(CHILD_LAYERS[shape])
+    return sum(LAYERS[shape]) + 2
 
 
 def _journal_mode(path: str, wal: bool) -> str:
@@ -154,8 +183,7 @@ async def dbos_trial(
         runs=runs,
         seconds=seconds,
         latencies=latencies,
-        # durable writes: the workflow's start, one per step, its outcome
-        transitions_per_run=float(sum(LAYERS[shape]) + 2),
+        transitions_per_run=float(writes_per_run(shape)),
         bytes_per_run=size,
         rows_per_run=rows,
     )
@@ -164,20 +192,52 @@ async def dbos_trial(
 async def check_dbos(dbos: Any, shape: str, runs: int) -> str | None:
     """The first measured workflow whose stored record is not a finished run of ``shape``:
     status ``SUCCESS`` with output 1, and exactly one recorded step per node, numbered
-    1..nodes, each the no-op, without error."""
-    nodes = sum(LAYERS[shape])
+    1..nodes, each the no-op, without error. For ``child_run`` the parent's steps are the
+    child's start and ``DBOS.getResult`` (both naming one child workflow id, the second
+    with output 1), and that child must be the parent's, finished, with its own steps."""
     for i in range(runs):
         wid = f"t{i}"
-        status = await dbos.get_workflow_status_async(wid)
-        if status is None or status.status != "SUCCESS":
-            return f"dbos workflow {wid}: {None if status is None else status.status}"
-        steps = await dbos.list_workflow_steps_async(wid)
-        ids = sorted(step["function_id"] for step in steps)
-        if ids != list(range(1, nodes + 1)):
-            return f"dbos workflow {wid}: steps {ids}, expected 1..{nodes}"
-        for step in steps:
-            if not str(step["function_name"]).endswith(STEP) or step["error"] is not None:
-                return f"dbos workflow {wid}: step {step['function_id']} {step['function_name']}"
-        if await dbos.get_result_async(wid) != 1:
-            return f"dbos workflow {wid}: wrong result"
+        problem = await _workflow_problem(dbos, wid, 1)
+        if problem is None and shape == "child_run":
+            problem = await _child_run_problem(dbos, wid)
+        elif problem is None:
+            problem = await _steps_problem(dbos, wid, sum(LAYERS[shape]))
+        if problem is not None:
+            return f"dbos workflow {problem}"
     return None
+
+
+async def _workflow_problem(dbos: Any, wid: str, result: int) -> str | None:
+    status = await dbos.get_workflow_status_async(wid)
+    if status is None or status.status != "SUCCESS":
+        return f"{wid}: {None if status is None else status.status}"
+    if await dbos.get_result_async(wid) != result:
+        return f"{wid}: wrong result"
+    return None
+
+
+async def _steps_problem(dbos: Any, wid: str, nodes: int) -> str | None:
+    steps = await dbos.list_workflow_steps_async(wid)
+    ids = sorted(step["function_id"] for step in steps)
+    if ids != list(range(1, nodes + 1)):
+        return f"{wid}: steps {ids}, expected 1..{nodes}"
+    for step in steps:
+        if not str(step["function_name"]).endswith(STEP) or step["error"] is not None:
+            return f"{wid}: step {step['function_id']} {step['function_name']}"
+    return None
+
+
+async def _child_run_problem(dbos: Any, wid: str) -> str | None:
+    steps = sorted(await dbos.list_workflow_steps_async(wid), key=lambda s: s["function_id"])
+    names = [(s["function_id"], str(s["function_name"])) for s in steps]
+    if names != [(1, CHILD_FLOW), (2, GET_RESULT)] or any(s["error"] for s in steps):
+        return f"{wid}: steps {names}, expected the child's start and its result"
+    children = {s["child_workflow_id"] for s in steps}
+    if len(children) != 1 or None in children or steps[1]["output"] != 1:
+        return f"{wid}: child ids {sorted(map(str, children))}, result {steps[1]['output']}"
+    child = str(children.pop())
+    status = await dbos.get_workflow_status_async(child)
+    if status is None or status.parent_workflow_id != wid:
+        return f"{child}: not a child of {wid}"
+    problem = await _workflow_problem(dbos, child, 1)
+    return problem or await _steps_problem(dbos, child, sum(CHILD_LAYERS["child_run"]))

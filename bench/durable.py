@@ -31,17 +31,20 @@ from typing import Any
 import attrs
 
 from bench.shapes import (
+    CHILD_LAYERS,
     DOCKET_CHECKPOINTS,
+    DOCKET_CHILD_CHECKPOINTS,
     LANGGRAPH_SEND_WRITES,
     LAYERS,
     NODES,
     SUPERSTEPS,
+    docket_children,
     docket_graph,
     langgraph_app,
 )
 from bench.stores import Footprint, Place
 from docket import Docket
-from docket.records import RunStatus
+from docket.records import PARENT_KEY, Event, EventType, RunStatus
 from docket.runtime.lifecycle import CommitContext
 
 RUN_TIMEOUT = 60.0
@@ -167,6 +170,8 @@ async def docket_trial(
     async with Docket(url, nodes=NODES, observers=[observe], poll_interval=0.2) as docket:
         if instrument is not None:
             instrument(docket)
+        for child in docket_children(shape):  # first: saving the parent pins them
+            await docket.save_graph(child)
         ref = await docket.save_graph(docket_graph(shape))
         loop = asyncio.get_running_loop()
         ids: list[str] = []
@@ -210,40 +215,79 @@ async def docket_trial(
 async def check_invariants(
     docket: Docket, ids: list[str], runs: int, shape: str, seen: dict[str, list[int]] | None
 ) -> tuple[str | None, float]:
-    """The first broken invariant (or None) and the mean checkpoints per run.
+    """The first broken invariant (or None) and the mean checkpoints per run (a shape with
+    a child graph: the parent's and its child's together).
 
     Every run must be ``done``, unclaimed, not poisoned, with events numbered 1..event_seq
     and exactly the shape's checkpoints (:data:`DOCKET_CHECKPOINTS`). ``seen`` holds the
     checkpoint numbers this process's commit observer saw per run: each run's worker
     commits (2..final; the start's checkpoint 1 may or may not pass an observer) must all
-    have been seen, once each. ``None`` when the commits happened in other processes."""
+    have been seen, once each. ``None`` when the commits happened in other processes.
+
+    ``child_run``: the parent's history must name exactly one child (``child_started``);
+    that run must pass the same checks with the child graph's checkpoints, carry the
+    parent's link, and have given the parent its output (``{"value": 1}`` in,
+    ``{"result": 1}`` out)."""
     if len(set(ids)) != runs or runs == 0:
         return f"{len(set(ids))} of {runs} runs completed", 0.0
-    expected = DOCKET_CHECKPOINTS[shape]
     checkpoints = 0
     for run_id in ids:
-        info = await docket.inspect_run(run_id)
-        run = info.run
-        if run.status is not RunStatus.DONE:
-            return f"run {run_id} is {run.status}", 0.0
-        if info.claimed_at is not None:
-            return f"run {run_id} still claimed", 0.0
-        if info.poisoned_at is not None:
-            return f"run {run_id} poisoned", 0.0
-        seqs = [event.seq for event in await docket.history(run_id)]
-        if not seqs or seqs != list(range(1, run.event_seq + 1)):
-            return f"run {run_id}: events not contiguous 1..{run.event_seq}", 0.0
-        if run.checkpoint_seq != expected:
-            return f"run {run_id}: checkpoint_seq {run.checkpoint_seq}, expected {expected}", 0.0
-        if seen is not None:
-            observed = sorted(seen.get(run_id, []))
-            if not observed:
-                return f"run {run_id}: no commit observed", 0.0
-            first = 1 if observed[0] == 1 else 2
-            if observed != list(range(first, expected + 1)):
-                return f"run {run_id}: observed checkpoints {observed}, expected ..{expected}", 0.0
-        checkpoints += run.checkpoint_seq
+        problem, events = await _run_problem(docket, run_id, DOCKET_CHECKPOINTS[shape], seen)
+        if problem is None and shape in CHILD_LAYERS:
+            problem = await _child_problem(docket, run_id, events, shape, seen)
+        if problem is not None:
+            return problem, 0.0
+        checkpoints += DOCKET_CHECKPOINTS[shape] + DOCKET_CHILD_CHECKPOINTS.get(shape, 0)
     return None, checkpoints / runs
+
+
+async def _run_problem(
+    docket: Docket, run_id: str, expected: int, seen: dict[str, list[int]] | None
+) -> tuple[str | None, list[Event]]:
+    """What is wrong with one finished run (or None), and its events."""
+    info = await docket.inspect_run(run_id)
+    run = info.run
+    if run.status is not RunStatus.DONE:
+        return f"run {run_id} is {run.status}", []
+    if info.claimed_at is not None:
+        return f"run {run_id} still claimed", []
+    if info.poisoned_at is not None:
+        return f"run {run_id} poisoned", []
+    events = list(await docket.history(run_id))
+    if not events or [event.seq for event in events] != list(range(1, run.event_seq + 1)):
+        return f"run {run_id}: events not contiguous 1..{run.event_seq}", events
+    if run.checkpoint_seq != expected:
+        return f"run {run_id}: checkpoint_seq {run.checkpoint_seq}, expected {expected}", events
+    if seen is not None:
+        observed = sorted(seen.get(run_id, []))
+        if not observed:
+            return f"run {run_id}: no commit observed", events
+        first = 1 if observed[0] == 1 else 2
+        if observed != list(range(first, expected + 1)):
+            return f"run {run_id}: observed checkpoints {observed}, expected ..{expected}", events
+    return None, events
+
+
+async def _child_problem(
+    docket: Docket, run_id: str, events: list[Event], shape: str, seen: dict[str, list[int]] | None
+) -> str | None:
+    started = [e.payload.get("child_run_id") for e in events if e.type is EventType.CHILD_STARTED]
+    if len(started) != 1 or not isinstance(started[0], str):
+        return f"run {run_id}: children started {started}, expected one"
+    child = started[0]
+    problem, _ = await _run_problem(docket, child, DOCKET_CHILD_CHECKPOINTS[shape], seen)
+    if problem is not None:
+        return f"child of {run_id}: {problem}"
+    parent, child_run = (
+        (await docket.inspect_run(run_id)).run,
+        (await docket.inspect_run(child)).run,
+    )
+    link = child_run.metadata.get(PARENT_KEY)
+    if not isinstance(link, dict) or link.get("run_id") != run_id:
+        return f"run {child}: parent link {link!r}, expected {run_id!r}"
+    if child_run.output != {"value": 1} or parent.output != {"result": 1}:
+        return f"run {run_id}: output {parent.output}, its child's {child_run.output}"
+    return None
 
 
 # -- LangGraph ------------------------------------------------------------------------------
@@ -279,10 +323,17 @@ async def langgraph_trial(
         runs=runs,
         seconds=seconds,
         latencies=latencies,
-        transitions_per_run=float(len(LAYERS[shape]) + 2),
+        transitions_per_run=float(langgraph_checkpoints(shape)),
         bytes_per_run=size,
         rows_per_run=rows,
     )
+
+
+def langgraph_checkpoints(shape: str) -> int:
+    """The checkpoints LangGraph's saver holds for one run: the input one and one per
+    superstep, for the parent and (``child_run``) the subgraph alike."""
+    child = CHILD_LAYERS.get(shape)
+    return len(LAYERS[shape]) + 2 + (len(child) + 2 if child else 0)
 
 
 async def check_langgraph(checkpointer: Any, shape: str, runs: int) -> str | None:
@@ -293,31 +344,57 @@ async def check_langgraph(checkpointer: Any, shape: str, runs: int) -> str | Non
     number of layers, the last one holding the final value and no pending writes; every
     earlier checkpoint the writes of every task it scheduled (the input's one task, then
     each layer's nodes: a task that returns nothing still records ``__no_writes__``), and
-    the input checkpoint its ``value`` and one branch per first-layer node."""
-    layers = LAYERS[shape]
-    tasks = (1, *layers)
+    the input checkpoint its ``value`` and one branch per first-layer node.
+
+    A shape with a child graph (``child_run``) holds, in the same thread, the parent's
+    checkpoints in the namespace ``""`` and the subgraph's in exactly one namespace
+    ``call:<task id>``, named by the parent task that ran it; each is checked as above."""
+    child_layers = CHILD_LAYERS.get(shape)
     for i in range(runs):
         thread = f"t{i}"
         found = [t async for t in checkpointer.alist({"configurable": {"thread_id": thread}})]
-        found.sort(key=lambda t: t.metadata.get("step", -2))
-        steps = [t.metadata.get("step") for t in found]
-        if steps != list(range(-1, len(layers) + 1)):
-            return f"langgraph thread {thread}: checkpoint steps {steps}"
-        last = found[-1]
-        if last.pending_writes or last.checkpoint["channel_values"].get("value") != 1:
-            return f"langgraph thread {thread}: final checkpoint not finished"
-        for tup, want in zip(found, tasks, strict=False):
-            writes = tup.pending_writes or []
-            if len({w[0] for w in writes}) != want:
-                step = tup.metadata.get("step")
-                got = len({w[0] for w in writes})
-                return (
-                    f"langgraph thread {thread}: step {step} has writes of {got} tasks, not {want}"
-                )
-        first = found[0].pending_writes or []
-        sends = LANGGRAPH_SEND_WRITES.get(shape, 0)
-        if len(first) != 1 + layers[0] or sum(len(t.pending_writes or []) for t in found) != (
-            1 + layers[0] + sum(layers) + sends
-        ):
-            return f"langgraph thread {thread}: unexpected writes"
+        spaces: dict[str, list[Any]] = {}
+        if child_layers is None:
+            spaces[""] = found  # a stray namespace's checkpoints break the step numbers
+        else:
+            for tup in found:
+                space = tup.config["configurable"].get("checkpoint_ns", "")
+                spaces.setdefault(space, []).append(tup)
+        parent = spaces.pop("", [])
+        problem = _lg_record_problem(parent, LAYERS[shape], LANGGRAPH_SEND_WRITES.get(shape, 0))
+        if problem is not None:
+            return f"langgraph thread {thread}: {problem}"
+        if child_layers is None:
+            continue
+        # The parent's one layer is the calling node: its task id names the child's space.
+        caller = {w[0] for w in parent[1].pending_writes or []}
+        expected = {f"call:{task}" for task in caller}
+        if set(spaces) != expected:
+            return f"langgraph thread {thread}: child namespaces {sorted(spaces)}, not {expected}"
+        for space, record in spaces.items():
+            problem = _lg_record_problem(record, child_layers, 0)
+            if problem is not None:
+                return f"langgraph thread {thread} child {space}: {problem}"
+    return None
+
+
+def _lg_record_problem(found: list[Any], layers: tuple[int, ...], sends: int) -> str | None:
+    """What is wrong with one namespace's checkpoints of a run of ``layers`` (or None)."""
+    tasks = (1, *layers)
+    found.sort(key=lambda t: t.metadata.get("step", -2))
+    steps = [t.metadata.get("step") for t in found]
+    if steps != list(range(-1, len(layers) + 1)):
+        return f"checkpoint steps {steps}"
+    last = found[-1]
+    if last.pending_writes or last.checkpoint["channel_values"].get("value") != 1:
+        return "final checkpoint not finished"
+    for tup, want in zip(found, tasks, strict=False):
+        got = len({w[0] for w in tup.pending_writes or []})
+        if got != want:
+            return f"step {tup.metadata.get('step')} has writes of {got} tasks, not {want}"
+    first = found[0].pending_writes or []
+    if len(first) != 1 + layers[0] or sum(len(t.pending_writes or []) for t in found) != (
+        1 + layers[0] + sum(layers) + sends
+    ):
+        return "unexpected writes"
     return None

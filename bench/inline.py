@@ -8,7 +8,9 @@ so machine noise hits them alike:
 
 - ``docket``: ``docket.testing.run_inline_async`` on a precompiled runtime graph. Every
   run builds its full run document and all of its events and checkpoints (the contract
-  validator and the backend commit are off, as in a unit test);
+  validator and the backend commit are off, as in a unit test); ``child_run``'s child
+  graph (precompiled too) is given as ``graphs=``, and runs inline, to its end, as the
+  calling node's attempt (a run document, events and checkpoints of its own);
 - ``langgraph``: the compiled ``StateGraph`` without a checkpointer, ``ainvoke``;
 - ``langgraph_inmemorysaver``: the same with ``InMemorySaver`` (a fresh thread per run).
 
@@ -35,30 +37,41 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.shapes import NODES, SHAPES, SUPERSTEPS, docket_graph, langgraph_app
-from docket.graph.compiler import compile_graph
+from bench.shapes import NODES, SHAPES, SUPERSTEPS, docket_children, docket_graph, langgraph_app
+from docket.graph.compiler import RuntimeGraph, compile_graph
+from docket.graph.model import Graph
 from docket.records import RunStatus
 from docket.testing import run_inline_async
 
 CONTENDERS = ("docket", "langgraph", "langgraph_inmemorysaver")
-# the start, one checkpoint per superstep, and the finish
-EXPECTED_CHECKPOINTS = {shape: SUPERSTEPS[shape] + 2 for shape in SHAPES}
+# the start, one checkpoint per superstep, and the finish (``child_run``: the parent's;
+# inline, the child runs within the calling node's attempt: no park, no hand-off commit)
+EXPECTED_CHECKPOINTS = {shape: SUPERSTEPS[shape] + 2 for shape in SHAPES} | {"child_run": 3}
+# what a run's output must be (the shapes without declared outputs have none)
+EXPECTED_OUTPUT = {"child_run": {"result": 1}}
 
 
 Runner = Callable[[], Awaitable[None]]
 
 
-def docket_runner(shape: str) -> Runner:
-    result = compile_graph(docket_graph(shape), NODES)
+def _compiled(graph: Graph) -> RuntimeGraph:
+    result = compile_graph(graph, NODES)
     if not result.ok or result.runtime is None:
-        raise RuntimeError(f"{shape}: {result.errors}")
-    rtg = result.runtime
+        raise RuntimeError(f"{graph.id}: {result.errors}")
+    return result.runtime
+
+
+def docket_runner(shape: str) -> Runner:
+    rtg = _compiled(docket_graph(shape))
+    children = {child.id: _compiled(child) for child in docket_children(shape)}
     expected = EXPECTED_CHECKPOINTS[shape]
+    output = EXPECTED_OUTPUT.get(shape, {})
 
     async def run() -> None:
-        done = await run_inline_async(rtg, {"value": 1})
-        if done.run.status is not RunStatus.DONE or len(done.checkpoints) != expected:
-            raise AssertionError(f"{shape}: ended {done.run.status}, {len(done.checkpoints)}")
+        done = await run_inline_async(rtg, {"value": 1}, graphs=children)
+        ended = done.run.status, len(done.checkpoints), done.output
+        if ended != (RunStatus.DONE, expected, output):
+            raise AssertionError(f"{shape}: ended {ended}")
 
     return run
 

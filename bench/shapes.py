@@ -9,7 +9,12 @@ about 100 µs, and LangGraph a hop to its executor: neither is what is being com
 - ``chain_10``: ten nodes in a line (ten supersteps);
 - ``fanout_8``: eight nodes started together (one superstep);
 - ``map_32``: a node writes a list of 32 items, a map runs one task per item (docket's
-  ``map`` option; LangGraph's ``Send``), then a join node (three supersteps).
+  ``map`` option; LangGraph's ``Send``), then a join node (three supersteps);
+- ``child_run``: a parent whose one node runs a one-node child graph (docket: a ``child``
+  node, the child a durable run of its own; LangGraph: the compiled child ``StateGraph``
+  added as the parent's node, its checkpoints under the parent's thread). The child
+  graph's id is :data:`CHILD_GRAPH`; :func:`docket_children` gives the graphs to save
+  before a shape's own.
 
 ``long_chat`` is docket only: one node looping on itself, each superstep appending a
 1 KB message to a list field, until ``turns`` supersteps have run.
@@ -23,6 +28,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from docket import FINISH, START, GraphBuilder, NodeRegistry
+from docket.graph.children import ChildSpec
 from docket.graph.guards import equals, not_
 from docket.graph.maps import MapSpec
 from docket.graph.model import Graph
@@ -31,19 +37,29 @@ from docket.graph.reducers import R
 from docket.graph.schema import S
 from docket.values import JSONDict
 
-SHAPES = ("single_node", "chain_10", "fanout_8", "map_32")
+SHAPES = ("single_node", "chain_10", "fanout_8", "map_32", "child_run")
 MAP_ITEMS = 32
-# Node layers executed per run: the superstep count used for supersteps/s on both sides.
-SUPERSTEPS = {"single_node": 1, "chain_10": 10, "fanout_8": 1, "map_32": 3}
-# The nodes of each layer, in order: what every engine's record of a run is checked against.
+CHILD_GRAPH = "child_run_child"
+# Node layers executed per run: the superstep count used for supersteps/s on both sides
+# (``child_run``: the parent's calling node and the child's node).
+SUPERSTEPS = {"single_node": 1, "chain_10": 10, "fanout_8": 1, "map_32": 3, "child_run": 2}
+# The nodes of each layer, in order: what every engine's record of a run is checked against
+# (``child_run``: the parent's own layer; its child's are in CHILD_LAYERS).
 LAYERS = {
     "single_node": (1,),
     "chain_10": (1,) * 10,
     "fanout_8": (8,),
     "map_32": (1, MAP_ITEMS, 1),
+    "child_run": (1,),
 }
-# docket: a finished run's ``checkpoint_seq`` (the start, one per superstep, the finish).
-DOCKET_CHECKPOINTS = {shape: len(layers) + 2 for shape, layers in LAYERS.items()}
+# The layers of the one child run a run of the shape makes.
+CHILD_LAYERS = {"child_run": (1,)}
+# docket: a finished run's ``checkpoint_seq`` (the start, one per superstep, the finish;
+# ``child_run``'s parent one more: its superstep parks on the child, and the child's end
+# is handed over in a commit of its own before the finish).
+DOCKET_CHECKPOINTS = {shape: len(layers) + 2 for shape, layers in LAYERS.items()} | {"child_run": 4}
+# docket: the child run's ``checkpoint_seq``.
+DOCKET_CHILD_CHECKPOINTS = {shape: len(layers) + 2 for shape, layers in CHILD_LAYERS.items()}
 # LangGraph: writes beyond one per task (a ``Send`` is one more write of the task sending it).
 LANGGRAPH_SEND_WRITES = {"map_32": MAP_ITEMS}
 MESSAGE = "m" * 1024
@@ -92,9 +108,33 @@ def docket_graph(shape: str) -> Graph:
         builder.node("work", "noop", map=MapSpec(over="items", item="item"))
         builder.edge("start", START, "split").edge("fan", "split", "work")
         builder.edge("gather", "work", "join").edge("done", "join", FINISH)
+    elif shape == "child_run":
+        # The child's output lands in a field (a child node writes state fields only), and
+        # the parent's output is that field: what the read-back checks came back.
+        builder.field("result", S.integer())
+        child = ChildSpec(graph=CHILD_GRAPH, input={"value": "value"}, output={"result": "value"})
+        builder.node("call", child=child).output("result")
+        builder.edge("start", START, "call").edge("done", "call", FINISH)
     else:
         raise ValueError(f"unknown shape {shape!r}")
     return builder.build()
+
+
+def docket_children(shape: str) -> tuple[Graph, ...]:
+    """The graphs a shape's graph runs as child runs: saved before it, so that saving it
+    pins each child node to the child's saved version."""
+    if shape != "child_run":
+        return ()
+    child = (
+        GraphBuilder(CHILD_GRAPH)
+        .input("value", S.integer())
+        .node("n0", "noop")
+        .edge("start", START, "n0")
+        .edge("done", "n0", FINISH)
+        .output("value")
+        .build()
+    )
+    return (child,)
 
 
 def long_chat_graph(turns: int) -> Graph:
@@ -156,6 +196,13 @@ def langgraph_app(shape: str, checkpointer: Any, *, use_async: bool = True) -> A
             graph.add_node(f"n{i}", fn)
             graph.add_edge(LG_START, f"n{i}")
             graph.add_edge(f"n{i}", END)
+    elif shape == "child_run":
+        # Compiled without a checkpointer, the subgraph inherits the parent's (and its
+        # ``durability``): its checkpoints go to the same saver under the namespace
+        # ``call:<task id>`` of the parent's thread.
+        graph.add_node("call", langgraph_app("single_node", None, use_async=use_async))
+        graph.add_edge(LG_START, "call")
+        graph.add_edge("call", END)
     elif shape == "map_32":
         from langgraph.types import Send
 

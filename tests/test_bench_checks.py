@@ -52,6 +52,36 @@ def test_docket_gate_checks_every_runs_checkpoints_and_refuses_an_empty_observat
     assert "observed checkpoints" in str(asyncio.run(check("single_node", twice)))
 
 
+def test_docket_gate_follows_each_parent_to_its_one_child_run(tmp_path: Path) -> None:
+    place = Place("sqlite", Env(tmp_path), "child")
+    result = asyncio.run(docket_trial(place, "child_run", 3, 2, 0, footprint=False))
+    assert result.ok, result.gated
+    assert result.transitions_per_run == 4 + 3  # the parent's checkpoints and its child's
+    ids = ["r0", "r1", "r2"]
+
+    async def check(shape: str, seen: dict[str, list[int]] | None) -> str | None:
+        async with Docket(place.docket_url(), nodes=NODES) as docket:
+            problem, _ = await check_invariants(docket, ids, 3, shape, seen)
+        return problem
+
+    async def child_of(run_id: str) -> str:
+        async with Docket(place.docket_url(), nodes=NODES) as docket:
+            events = await docket.history(run_id)
+        (child,) = [e.payload["child_run_id"] for e in events if e.type == "child_started"]
+        return str(child)
+
+    children = {run: asyncio.run(child_of(run)) for run in ids}
+    every = {run: [1, 2, 3, 4] for run in ids} | {child: [1, 2, 3] for child in children.values()}
+    assert asyncio.run(check("child_run", every)) is None
+    assert asyncio.run(check("child_run", None)) is None
+    # The child's commits are checked like the parent's: one never observed fails the gate.
+    unseen = {**every, children["r1"]: []}
+    assert asyncio.run(check("child_run", unseen)) == (
+        f"child of r1: run {children['r1']}: no commit observed"
+    )
+    assert "expected 3" in str(asyncio.run(check("single_node", None)))
+
+
 # -- LangGraph's read-back --------------------------------------------------------------
 
 
@@ -95,6 +125,48 @@ def test_langgraph_check_reads_every_thread_not_only_the_first() -> None:
     assert asyncio.run(check_langgraph(_Saver(good), "chain_10", 3)) is not None
 
 
+def _child_run_thread(task: str = "p1") -> list[Any]:
+    """What LangGraph's saver holds for one finished ``child_run`` run (as a real
+    ``AsyncSqliteSaver`` stored it): the parent's checkpoints in namespace "", the
+    subgraph's in ``call:<the parent task that ran it>``."""
+
+    def at(space: str, step: int, writes: list[tuple[str, str, Any]]) -> Any:
+        found = _tuple(step, writes)
+        found.config = {"configurable": {"checkpoint_ns": space}}
+        return found
+
+    child = f"call:{task}"
+    return [
+        at("", 1, []),
+        at("", 0, [(task, "value", 1)]),
+        at("", -1, [("p0", "value", 1), ("p0", "branch:to:call", None)]),
+        at(child, 1, []),
+        at(child, 0, [("c1", "__no_writes__", None)]),
+        at(child, -1, [("c0", "value", 1), ("c0", "branch:to:n0", None)]),
+    ]
+
+
+def test_langgraph_check_reads_the_subgraphs_record_in_its_own_namespace() -> None:
+    good = {f"t{i}": _child_run_thread() for i in range(2)}
+    assert asyncio.run(check_langgraph(_Saver(good), "child_run", 2)) is None
+    # The parent's record alone (the subgraph never checkpointed) is not a child run.
+    parent_only = _child_run_thread()[:3]
+    problem = asyncio.run(check_langgraph(_Saver({**good, "t1": parent_only}), "child_run", 2))
+    assert "child namespaces []" in str(problem)
+    # A subgraph's record under another task's namespace is not this run's child.
+    stray = _child_run_thread()
+    for found in stray[3:]:
+        found.config = {"configurable": {"checkpoint_ns": "call:other"}}
+    problem = asyncio.run(check_langgraph(_Saver({**good, "t0": stray}), "child_run", 2))
+    assert "call:other" in str(problem)
+    unfinished = _child_run_thread()
+    unfinished[4].pending_writes = []
+    problem = asyncio.run(check_langgraph(_Saver({**good, "t1": unfinished}), "child_run", 2))
+    assert "t1 child call:p1: step 0 has writes of 0 tasks" in str(problem)
+    # The same record is not a single_node run: the child's checkpoints break its steps.
+    assert asyncio.run(check_langgraph(_Saver(good), "single_node", 2)) is not None
+
+
 # -- DBOS -------------------------------------------------------------------------------
 
 
@@ -122,6 +194,45 @@ def test_dbos_check_wants_one_step_per_node_and_success(tmp_path: Path) -> None:
     place = Place("redis", Env(tmp_path), "x")
     result = asyncio.run(dbos_trial(place, "single_node", 2, 1, 0))
     assert result.unavailable == NO_REDIS
+
+
+class _DbosChildRun:
+    """DBOS's record of ``child_run`` workflows (as DBOS 3.4 stored them on SQLite): the
+    parent's steps are the child's start and ``DBOS.getResult``; the child's one no-op."""
+
+    def __init__(self, child_status: str = "SUCCESS", parent: str | None = None) -> None:
+        self.child_status, self.parent = child_status, parent
+
+    async def get_workflow_status_async(self, wid: str) -> Any:
+        if wid.endswith("-1"):
+            parent = self.parent or wid.removesuffix("-1")
+            return SimpleNamespace(status=self.child_status, parent_workflow_id=parent)
+        return SimpleNamespace(status="SUCCESS", parent_workflow_id=None)
+
+    async def list_workflow_steps_async(self, wid: str) -> list[dict[str, Any]]:
+        if wid.endswith("-1"):
+            return [{"function_id": 1, "function_name": "bench_noop", "error": None}]
+        child = f"{wid}-1"
+        return [
+            {"function_id": 2, "function_name": "DBOS.getResult", "error": None, "output": 1,
+             "child_workflow_id": child},
+            {"function_id": 1, "function_name": "bench_child_run_child", "error": None,
+             "output": None, "child_workflow_id": child},
+        ]  # fmt: skip
+
+    async def get_result_async(self, wid: str) -> int:
+        return 1
+
+
+def test_dbos_check_follows_the_child_workflow_of_a_child_run() -> None:
+    assert asyncio.run(check_dbos(_DbosChildRun(), "child_run", 2)) is None
+    failed = asyncio.run(check_dbos(_DbosChildRun(child_status="ERROR"), "child_run", 2))
+    assert "t0-1: ERROR" in str(failed)
+    foreign = asyncio.run(check_dbos(_DbosChildRun(parent="elsewhere"), "child_run", 2))
+    assert "not a child of t0" in str(foreign)
+    # A plain workflow's steps are not a child run's, and the other way round.
+    assert "expected the child's start" in str(asyncio.run(check_dbos(_Dbos(1), "child_run", 1)))
+    assert "steps" in str(asyncio.run(check_dbos(_DbosChildRun(), "single_node", 1)))
 
 
 # -- raw ceilings -----------------------------------------------------------------------
