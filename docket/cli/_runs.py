@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 
+from docket.cli._children import family_json, parent_line, print_children
 from docket.cli._common import (
     _connection_options,
     _fail,
@@ -24,6 +25,7 @@ from docket.cli._output import (
     _when,
     one_line,
 )
+from docket.core.family import ChildInfo
 from docket.facade import Docket
 from docket.records import (
     InterruptState,
@@ -164,11 +166,16 @@ def _runs_list(args: argparse.Namespace) -> int:
 
 
 def _runs_show(args: argparse.Namespace) -> int:
-    info = _with_docket(
-        args, lambda d: d.inspect_run(args.run_id, tenant_id=args.tenant), must_exist=True
-    )
+    async def read(d: Docket) -> tuple[RunInfo, tuple[ChildInfo, ...]]:
+        info = await d.inspect_run(args.run_id, tenant_id=args.tenant)
+        return info, await d.children(args.run_id, tenant_id=args.tenant)
+
+    info, children = _with_docket(args, read, must_exist=True)
     if args.json:
-        _emit(_info_json(info))
+        shown = _info_json(info)
+        if isinstance(shown, dict):
+            shown.update(family_json(info.run, children))
+        _emit(shown)
         return 0
     run = info.run
     lines = [
@@ -186,6 +193,9 @@ def _runs_show(args: argparse.Namespace) -> int:
         ("claimed at", _when(info.claimed_at)),
         ("claims", f"{info.claim_attempts} attempts, {info.claim_abandons} hand-backs"),
     ]
+    link = parent_line(run)
+    if link is not None:
+        lines.insert(1, link)
     if info.poisoned:
         lines.append(("POISONED", f"{_when(info.poisoned_at)} ({info.poison_reason})"))
     width = max(len(k) for k, _ in lines)
@@ -198,6 +208,7 @@ def _runs_show(args: argparse.Namespace) -> int:
         print(f"output  {json.dumps(run.output, ensure_ascii=False)}")
     if run.failure is not None:
         _print_failure(run.failure)
+    print_children(args, children)
     return 0
 
 
