@@ -483,7 +483,10 @@ class Console:
             ),
             error=error,
             can_cancel=run.status in (RunStatus.RUNNING, RunStatus.WAITING),
-            refresh=run.status is RunStatus.RUNNING and not info.poisoned,
+            # a parent parked on a child that asks a person: a reload would wipe the form
+            refresh=run.status is RunStatus.RUNNING
+            and not info.poisoned
+            and not any(c.open_interrupts for c in children),
             action=lambda *what: (
                 f"/runs/{segment(run_id)}/"
                 + "/".join(segment(w) for w in what)

@@ -12,7 +12,7 @@ import pytest
 
 from docket import Docket
 from docket.core.children import ParentLink
-from docket.core.family import ChildInfo
+from docket.core.family import ChildInfo, child_starts
 from docket.errors import NotFound
 from docket.records import RunStatus
 from docket.runtime.children import Children
@@ -49,6 +49,13 @@ def test_a_parent_lists_its_child_from_the_ask_to_the_end(
             assert asked.child_run_id == "p:0:approve:1@1"
             assert asked.run is None and asked.status == "not started"
             assert asked.awaited and asked.open_interrupts == ()
+            # with its child_started event pruned, the parked task still names the child
+            (kept,) = child_starts(await docket.fetch_run("p"), ())
+            assert (kept.child_run_id, kept.task_id, kept.attempt) == (
+                asked.child_run_id,
+                "p:0:approve",
+                1,
+            )
 
             # the parent's recheck starts it; one drain later it waits on its question
             later(clock, 1.5)

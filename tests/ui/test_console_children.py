@@ -81,6 +81,8 @@ def test_a_parent_page_lists_its_child_and_answers_the_childs_question(tmp_path:
         assert f'<input type="hidden" name="back" value="{PARENT}">' in form
         assert 'name="value" value="&#34;approved&#34;"' in form
         assert 'id="parent-link"' not in text  # a top-level run has no parent
+        # the parent runs, but a reload would wipe the form a person is filling in
+        assert 'http-equiv="refresh"' not in text
 
         child_page = client.get(child_url)
         assert child_page.status_code == 200
