@@ -66,6 +66,7 @@ class ChildInfo:
         return "not started" if self.run is None else str(self.run.status)
 
     def to_json(self) -> JSONDict:
+        """The entry as ``docket runs show --json`` prints it (``children``)."""
         run = self.run
         return {
             "child_run_id": self.child_run_id,
