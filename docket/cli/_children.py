@@ -14,7 +14,7 @@ from docket.core.family import ChildInfo
 from docket.records import InterruptState, Run
 from docket.values import JSONDict, JSONValue
 
-__all__ = ["family_json", "parent_line", "print_children"]
+__all__ = ["answer_command", "family_json", "parent_line", "print_children"]
 
 
 def parent_line(run: Run) -> tuple[str, str] | None:

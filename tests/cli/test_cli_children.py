@@ -6,12 +6,14 @@ parent; a run with no family keeps its ``--json`` shape."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import time
 from pathlib import Path
 
 from docket import SyncDocket
+from docket.cli._children import answer_command
 from docket.core.family import ChildInfo
 from docket.records import RunStatus
 from tests.cli import kids_app
@@ -111,3 +113,18 @@ def test_runs_show_lists_children_and_their_questions_and_the_printed_answer_wor
         assert "children" not in alone.stdout and "parent" not in alone.stdout
         keys = set(json.loads(docket_cli("runs", "show", plain.id, "--json", env=env).stdout))
         assert not keys & {"parent", "children"}
+
+
+def test_the_answer_command_repeats_the_connection_but_never_a_password() -> None:
+    def line(**given: str | None) -> str:
+        options = {"backend": None, "app": None, "tenant": None, **given}
+        return answer_command(argparse.Namespace(**options), "p:0:a:1@1", "why not")
+
+    assert line() == "docket runs resolve p:0:a:1@1 'why not' ANSWER_JSON"
+    assert line(backend="sqlite:///a b.db", tenant="t1") == (
+        "docket runs resolve --backend 'sqlite:///a b.db' --tenant t1 p:0:a:1@1 'why not' "
+        "ANSWER_JSON"
+    )
+    assert line(backend="postgresql://u:secret@db/x", app="my.app:create") == (
+        "docket runs resolve --app my.app:create p:0:a:1@1 'why not' ANSWER_JSON"
+    )
