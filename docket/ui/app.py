@@ -473,14 +473,6 @@ class Console:
             latest_link=self._run_url(run_id, tenant) + "#timeline",
             interrupts=interrupts,
             state=fields_shown,
-            children=children,
-            child_questions=child_questions,
-            parent=ParentLink.of(run),
-            run_link=lambda ident: self._run_url(ident, tenant),
-            child_action=lambda ident, interrupt_id: (
-                f"/runs/{segment(ident)}/interrupts/{segment(interrupt_id)}"
-                + ("?" + urlencode({"tenant": tenant}) if tenant else "")
-            ),
             error=error,
             can_cancel=run.status in (RunStatus.RUNNING, RunStatus.WAITING),
             # a parent parked on a child that asks a person: a reload would wipe the form
@@ -490,6 +482,14 @@ class Console:
             action=lambda *what: (
                 f"/runs/{segment(run_id)}/"
                 + "/".join(segment(w) for w in what)
+                + ("?" + urlencode({"tenant": tenant}) if tenant else "")
+            ),
+            children=children,
+            child_questions=child_questions,
+            parent=ParentLink.of(run),
+            run_link=lambda ident: self._run_url(ident, tenant),
+            child_action=lambda ident, interrupt_id: (
+                f"/runs/{segment(ident)}/interrupts/{segment(interrupt_id)}"
                 + ("?" + urlencode({"tenant": tenant}) if tenant else "")
             ),
         )
