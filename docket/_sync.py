@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from docket.contract.protocols import Backend
+from docket.core.family import ChildInfo
 from docket.errors import RuntimeUnavailable
 from docket.facade import DEFAULT_AWAIT_POLL, Docket, DrainSummary
 from docket.graph.model import Graph
@@ -272,6 +273,9 @@ class SyncDocket:
 
     def history(self, run_id: str, *, tenant_id: str | None = None) -> tuple[Event, ...]:
         return self._call(lambda: self.docket.history(run_id, tenant_id=tenant_id))
+
+    def children(self, run_id: str, *, tenant_id: str | None = None) -> tuple[ChildInfo, ...]:
+        return self._call(lambda: self.docket.children(run_id, tenant_id=tenant_id))
 
     def drain_due(self, *, max_runs: int = 100) -> DrainSummary:
         return self._call(lambda: self.docket.drain_due(max_runs=max_runs))

@@ -46,6 +46,7 @@ from docket._facade_children import (
     require_child_runs,
     require_runnable_children,
 )
+from docket._facade_family import read_children
 from docket._facade_spans import lifecycle
 from docket.contract import errors as contract
 from docket.contract.capabilities import BackendContractError, Capabilities, Feature, negotiate
@@ -60,6 +61,7 @@ from docket.contract.proposals import (
 from docket.contract.protocols import Backend, ClaimedStarts, GraphSaveResult
 from docket.contract.validate import text_problem
 from docket.core.errors import CoreError
+from docket.core.family import ChildInfo
 from docket.core.init import build_initial_run, initialize
 from docket.core.moment import Moment, Terminated
 from docket.core.mutations import cancel_run, resolve_interrupt
@@ -810,6 +812,16 @@ class Docket:
             if not page.has_more:
                 return tuple(events)
             after = page.next_after_seq
+
+    async def children(self, run_id: str, *, tenant_id: str | None = None) -> tuple[ChildInfo, ...]:
+        """The child runs ``run_id`` asked for, in the order it asked (one per child node
+        attempt, a failed attempt's child included): each with its status (``run`` is
+        ``None`` until the child exists) and its open interrupts. A child names its
+        parent in turn: ``ParentLink.of(run)`` (:mod:`docket.core.children`)."""
+        owner = self._owner(tenant_id)
+        self._ready()
+        require_id("run_id", run_id)
+        return await read_children(self._store, self._describe, owner, run_id)
 
     # -- workers -----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 
+from docket.cli._children import family_json, parent_line, print_children
 from docket.cli._common import (
     _connection_options,
     _fail,
@@ -25,6 +26,7 @@ from docket.cli._output import (
     _when,
     one_line,
 )
+from docket.core.family import ChildInfo
 from docket.facade import Docket
 from docket.mapitems import MapProgress, read_map_progress
 from docket.records import (
@@ -166,15 +168,20 @@ def _runs_list(args: argparse.Namespace) -> int:
 
 
 def _runs_show(args: argparse.Namespace) -> int:
-    async def read(d: Docket) -> tuple[RunInfo, tuple[MapProgress, ...]]:
+    async def read(
+        d: Docket,
+    ) -> tuple[RunInfo, tuple[MapProgress, ...], tuple[ChildInfo, ...]]:
         info = await d.inspect_run(args.run_id, tenant_id=args.tenant)
-        return info, await read_map_progress(d, info.run, tenant_id=args.tenant)
+        maps = await read_map_progress(d, info.run, tenant_id=args.tenant)
+        return info, maps, await d.children(args.run_id, tenant_id=args.tenant)
 
-    info, maps = _with_docket(args, read, must_exist=True)
+    info, maps, children = _with_docket(args, read, must_exist=True)
     if args.json:
         shown = _info_json(info)
-        if maps and isinstance(shown, dict):  # only graphs with maps: others keep their shape
-            shown["maps"] = _maps_json(maps)
+        if isinstance(shown, dict):
+            if maps:  # only graphs with maps: others keep their shape
+                shown["maps"] = _maps_json(maps)
+            shown.update(family_json(info.run, children))
         _emit(shown)
         return 0
     run = info.run
@@ -193,6 +200,9 @@ def _runs_show(args: argparse.Namespace) -> int:
         ("claimed at", _when(info.claimed_at)),
         ("claims", f"{info.claim_attempts} attempts, {info.claim_abandons} hand-backs"),
     ]
+    link = parent_line(run)
+    if link is not None:
+        lines.insert(1, link)
     if info.poisoned:
         lines.append(("POISONED", f"{_when(info.poisoned_at)} ({info.poison_reason})"))
     width = max(len(k) for k, _ in lines)
@@ -206,6 +216,7 @@ def _runs_show(args: argparse.Namespace) -> int:
     if run.failure is not None:
         _print_failure(run.failure)
     _print_maps(maps)
+    print_children(args, children)
     return 0
 
 

@@ -32,6 +32,8 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from docket import errors
+from docket.core.children import ParentLink
+from docket.core.family import ChildInfo
 from docket.facade import Docket
 from docket.graph.model import Graph
 from docket.graph.render import to_mermaid
@@ -41,6 +43,7 @@ from docket.records import (
     Event,
     GraphRef,
     GraphVersionCursor,
+    InterruptState,
     InterruptStatus,
     RunCursor,
     RunInfo,
@@ -449,6 +452,8 @@ class Console:
                 continue
             fields, form_error = forms.get(interrupt.id, (fields_for(interrupt.schema), None))
             interrupts.append((interrupt, fields, form_error))
+        children = await self.docket.children(run_id, tenant_id=tenant)
+        child_questions = _child_questions(children, forms)
         fields_shown: dict[str, object] = {}
         if graph is not None:
             for field_id in graph.fields:  # inputs are shown as the run's input
@@ -473,10 +478,21 @@ class Console:
             maps=maps,
             error=error,
             can_cancel=run.status in (RunStatus.RUNNING, RunStatus.WAITING),
-            refresh=run.status is RunStatus.RUNNING and not info.poisoned,
+            # a parent parked on a child that asks a person: a reload would wipe the form
+            refresh=run.status is RunStatus.RUNNING
+            and not info.poisoned
+            and not any(c.open_interrupts for c in children),
             action=lambda *what: (
                 f"/runs/{segment(run_id)}/"
                 + "/".join(segment(w) for w in what)
+                + ("?" + urlencode({"tenant": tenant}) if tenant else "")
+            ),
+            children=children,
+            child_questions=child_questions,
+            parent=ParentLink.of(run),
+            run_link=lambda ident: self._run_url(ident, tenant),
+            child_action=lambda ident, interrupt_id: (
+                f"/runs/{segment(ident)}/interrupts/{segment(interrupt_id)}"
                 + ("?" + urlencode({"tenant": tenant}) if tenant else "")
             ),
         )
@@ -512,13 +528,17 @@ class Console:
             raise _Refused(409, f"interrupt {interrupt_id!r} is not open on run {run_id!r}")
         raw = await request.form()
         form = {k: v for k, v in raw.items() if isinstance(v, str)}
+        # answered from the parent's page (children.html): its errors and redirect go there
+        link = ParentLink.of(run)
+        back = link.run_id if link is not None and form.get("back") == link.run_id else None
+        page, key = (back, _child_key(run_id, interrupt_id)) if back else (run_id, interrupt_id)
         answer, filled = parse_resolution(interrupt.schema, form)
         if not answer.ok:
             general = answer.errors.get("")
             return await self._run_page(
                 request,
-                run_id,
-                {interrupt_id: (filled, general or "the answer was not accepted: see below")},
+                page,
+                {key: (filled, general or "the answer was not accepted: see below")},
                 status=422,
             )
         try:
@@ -527,10 +547,8 @@ class Console:
             )
         except errors.InvalidInput as exc:
             message = "; ".join(exc.reasons) or exc.message
-            return await self._run_page(
-                request, run_id, {interrupt_id: (filled, message)}, status=422
-            )
-        return RedirectResponse(self._run_url(run_id, tenant, notice="resolved"), 303)
+            return await self._run_page(request, page, {key: (filled, message)}, status=422)
+        return RedirectResponse(self._run_url(page, tenant, notice="resolved"), 303)
 
     # -- graphs -----------------------------------------------------------------------------
 
@@ -597,6 +615,27 @@ class Console:
             tenant=tenant,
             tenant_query=("?" + urlencode({"tenant": tenant})) if tenant else "",
         )
+
+
+def _child_questions(
+    children: tuple[ChildInfo, ...], forms: dict[str, tuple[list[FormField], str | None]]
+) -> list[tuple[ChildInfo, list[tuple[InterruptState, list[FormField], str | None]]]]:
+    """Per child (aligned with ``children``), its open interrupts with their forms."""
+    out = []
+    for child in children:
+        asked = []
+        for interrupt in child.open_interrupts:
+            blank = (fields_for(interrupt.schema), None)
+            fields, error = forms.get(_child_key(child.child_run_id, interrupt.id), blank)
+            asked.append((interrupt, fields, error))
+        out.append((child, asked))
+    return out
+
+
+def _child_key(child_run_id: str, interrupt_id: str) -> str:
+    """The ``forms`` key of a child's interrupt on its parent's page (ids hold no NUL, so
+    it never equals one of the page's own interrupt ids)."""
+    return f"{child_run_id}\x00{interrupt_id}"
 
 
 def _relative(url: URL) -> str:

@@ -150,6 +150,7 @@ FACADE: dict[str, tuple[FacadeCall, Callable[[object], str | None]]] = {
     "list_runs": (lambda d, w: d.list_runs(tenant_id=TENANT_B), _no_run_of_a),
     "list_events": (lambda d, w: d.list_events(w.run_id, tenant_id=TENANT_B), _not_found),
     "history": (lambda d, w: d.history(w.run_id, tenant_id=TENANT_B), _not_found),
+    "children": (lambda d, w: d.children(w.run_id, tenant_id=TENANT_B), _not_found),
 }
 
 #: Operations that name no tenant's data, and why.
