@@ -79,11 +79,13 @@ def test_runs_show_lists_children_and_their_questions_and_the_printed_answer_wor
             in of_child.stdout.splitlines()
         ), explain(of_child)
         child_json = json.loads(docket_cli("runs", "show", child_id, "--json", env=env).stdout)
-        assert child_json["parent"] == {
+        link = child_json["parent"]
+        assert link.pop("graph_hash") and link == {
             "run_id": parent_id,
             "task_id": f"{parent_id}:0:approve",
             "node_id": "approve",
             "attempt": 1,
+            "graph_id": "purchase",
         }
         assert "children" not in child_json
 

@@ -38,7 +38,7 @@ def test_a_parent_lists_its_child_from_the_ask_to_the_end(
             assert await docket.children("p") == ()  # nothing asked yet
 
             # the ask is committed, the start that follows it is lost: "not started"
-            async def no_start(*_: Any) -> None:
+            async def no_start(*_: Any, **__: Any) -> None:
                 return None
 
             with monkeypatch.context() as patch:
@@ -69,8 +69,14 @@ def test_a_parent_lists_its_child_from_the_ask_to_the_end(
             assert question.id == "decision"
             assert question.metadata["question"] == kids_app.QUESTION
             child = await docket.fetch_run(waiting.child_run_id)
+            parent_run = await docket.fetch_run("p")
             assert ParentLink.of(child) == ParentLink(
-                run_id="p", task_id="p:0:approve", node_id="approve", attempt=1
+                run_id="p",
+                task_id="p:0:approve",
+                node_id="approve",
+                attempt=1,
+                graph_id=parent_run.graph_id,
+                graph_hash=parent_run.graph_hash,
             )
             assert ParentLink.of(await docket.fetch_run("p")) is None
             assert await docket.children(waiting.child_run_id) == ()
