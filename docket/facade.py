@@ -22,23 +22,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, Final, Literal, ParamSpec, TypeVar, assert_never, cast
+from datetime import datetime
+from typing import Any, Final, Literal, ParamSpec, TypeVar, cast
 
 import attrs
 
-from docket import errors
+from docket import _facade_drain, _facade_reads, errors
 from docket._facade_args import (
     MAX_PAGE,
     durable_metadata,
-    parse_statuses,
     require_id,
     require_limit,
     require_ref,
     resolve_backend,
-    seconds_ok,
     shown,
 )
 from docket._facade_children import (
@@ -50,14 +47,7 @@ from docket._facade_family import read_children
 from docket._facade_spans import lifecycle
 from docket.contract import errors as contract
 from docket.contract.capabilities import BackendContractError, Capabilities, Feature, negotiate
-from docket.contract.proposals import (
-    ClaimBatch,
-    ClaimPolicy,
-    EventListQuery,
-    GraphListQuery,
-    PoisonedClaim,
-    RunListQuery,
-)
+from docket.contract.proposals import GraphListQuery, PoisonedClaim
 from docket.contract.protocols import Backend, ClaimedStarts, GraphSaveResult
 from docket.contract.validate import text_problem
 from docket.core.errors import CoreError
@@ -69,9 +59,7 @@ from docket.core.plan import check_execution_policy
 from docket.core.proposals import init_proposal
 from docket.core.reopen import check_reason, reopen_failed_run
 from docket.errors import (
-    AwaitTimeout,
     CorruptData,
-    GraphMismatch,
     InvalidBackend,
     InvalidGraph,
     InvalidInput,
@@ -79,7 +67,6 @@ from docket.errors import (
     InvalidSettings,
     InvalidTenant,
     NotRetryable,
-    RunPoisoned,
     RuntimeUnavailable,
     Unsupported,
     from_contract,
@@ -129,14 +116,7 @@ from docket.runtime.lifecycle import (
     signal,
     stamp_clock,
 )
-from docket.runtime.worker import (
-    PoisonHandler,
-    Worker,
-    WorkerStats,
-    claim_span,
-    end_claim_span,
-    report_poisoned,
-)
+from docket.runtime.worker import PoisonHandler, Worker, WorkerStats
 from docket.settings import Settings
 from docket.telemetry import Telemetry, instrument_backend, log_context
 from docket.values import JSONValue
@@ -400,32 +380,10 @@ class Docket:
         return await self._store.graphs.list_graph_versions(owner, graph_id, query)
 
     async def _ref(self, owner: OwnerScope, graph: GraphRef | str) -> GraphRef:
-        if isinstance(graph, str):
-            if not graph:
-                raise InvalidOptions("a graph id must be a non-empty string")
-            found = await self._store.graphs.fetch_latest_graph_ref(owner, graph)
-            if isinstance(found, contract.NotFound):
-                raise from_contract(found, subject=f"graph {graph!r}")
-            return found
-        require_ref(graph)
-        return graph
+        return await _facade_reads.resolve_ref(self._store, owner, graph)
 
     async def _runtime_graph(self, owner: OwnerScope, ref: GraphRef) -> RuntimeGraph:
-        compiled = await self._describe.get(owner, ref)
-        if isinstance(compiled, RuntimeGraph):
-            return compiled
-        about = f"{ref.graph_id} ({ref.graph_hash[:12]})"
-        match compiled.kind:
-            case "missing":
-                raise errors.NotFound(f"no such graph {about}", details={"what": "graph"})
-            case "mismatch":
-                raise GraphMismatch(compiled.message, details=compiled.details())
-            case "corrupt":
-                raise CorruptData(compiled.message)
-            case "invalid":
-                raise InvalidGraph(compiled.message, details=compiled.details())
-            case _:
-                assert_never(compiled.kind)
+        return await _facade_reads.runtime_graph(self._describe, owner, ref)
 
     # -- runs: writes ------------------------------------------------------------------------
 
@@ -714,30 +672,9 @@ class Docket:
         owner = self._owner(tenant_id)
         self._ready()
         require_id("run_id", run_id)
-        if not seconds_ok(timeout, zero=True):
-            raise InvalidOptions(f"timeout must be >= 0 seconds, got {timeout!r}")
-        if not seconds_ok(poll_interval, zero=False):
-            raise InvalidOptions(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
-        deadline = time.monotonic() + timeout
-        while True:
-            info = await self._store.runs.inspect_run(owner, run_id)
-            if isinstance(info, contract.NotFound):
-                raise from_contract(info, subject=f"run {run_id!r}")
-            if info.poisoned:
-                raise RunPoisoned(
-                    f"run {run_id!r} is poisoned ({info.poison_reason})",
-                    info,
-                    details={"poison_reason": info.poison_reason},
-                )
-            if info.run.status is RunStatus.WAITING or info.run.status.terminal:
-                return info.run
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AwaitTimeout(
-                    f"run {run_id!r} is still {info.run.status} after {timeout} s",
-                    details={"status": str(info.run.status)},
-                )
-            await asyncio.sleep(min(poll_interval, remaining))
+        return await _facade_reads.await_settled(
+            self._store, owner, run_id, timeout=timeout, poll_interval=poll_interval
+        )
 
     async def list_runs(
         self,
@@ -763,18 +700,8 @@ class Docket:
         else:
             scope = self._owner(tenant_id)
         self._ready()
-        require_limit(limit)
-        if before is not None and not isinstance(before, RunCursor):
-            raise InvalidOptions("before must be a RunCursor (a page's next_before)")
-        for name, value in (("graph_id", graph_id), ("graph_hash", graph_hash)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise InvalidOptions(f"{name} must be a non-empty string")
-        query = RunListQuery(
-            limit=limit,
-            before=before,
-            graph_id=graph_id,
-            graph_hash=graph_hash,
-            statuses=parse_statuses(status),
+        query = _facade_reads.run_query(
+            limit=limit, before=before, status=status, graph_id=graph_id, graph_hash=graph_hash
         )
         return await self._store.runs.list_runs(scope, query)
 
@@ -790,15 +717,9 @@ class Docket:
         owner = self._owner(tenant_id)
         self._ready()
         require_id("run_id", run_id)
-        require_limit(limit)
-        if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
-            raise InvalidOptions(f"after_seq must be an integer >= 0, got {after_seq!r}")
-        page = await self._store.events.list_events(
-            owner, run_id, EventListQuery(after_seq=after_seq, limit=limit)
+        return await _facade_reads.event_page(
+            self._store, owner, run_id, after_seq=after_seq, limit=limit
         )
-        if isinstance(page, contract.NotFound | contract.CorruptEventRow):
-            raise from_contract(page, subject=f"run {run_id!r}")
-        return page
 
     async def history(self, run_id: str, *, tenant_id: str | None = None) -> tuple[Event, ...]:
         """Every retained event of the run, ascending (pages through :meth:`list_events`)."""
@@ -865,43 +786,10 @@ class Docket:
         ``max_runs`` drains happened). For scripts and tests that want no background
         worker; a run parked on a future timer is not waited for."""
         self._ready()
-        if not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 1:
-            raise InvalidOptions(f"max_runs must be a positive integer, got {max_runs!r}")
-        outcomes: list[DrainOutcome] = []
-        poisoned: list[PoisonedClaim] = []
-        settings = self.settings
-        while len(outcomes) < max_runs:
-            policy = ClaimPolicy(
-                limit=1,
-                orphan_ttl=timedelta(seconds=settings.claim_ttl),
-                max_claim_attempts=settings.max_claim_attempts,
-            )
-            span = claim_span(self.telemetry, "drain_due")
-            try:
-                batch = await self._store.runs.claim_due(policy)
-            except BaseException as exc:
-                span.fail(exc)
-                raise
-            end_claim_span(span, batch, 1)
-            for poisoned_claim in batch.poisoned if isinstance(batch, ClaimBatch) else ():
-                report_poisoned(self.telemetry, poisoned_claim)
-            if isinstance(batch, contract.Retryable):
-                await asyncio.sleep(settings.commit_backoff)
-                continue
-            if not isinstance(batch, ClaimBatch):
-                raise from_contract(batch, subject="the due runs")
-            poisoned.extend(batch.poisoned)
-            if not batch.leases:
-                if batch.poisoned:
-                    continue
-                return DrainSummary(
-                    outcomes=tuple(outcomes), poisoned=tuple(poisoned), limit_reached=False
-                )
-            for lease in batch.leases:
-                outcomes.append(await self._drainer.drain(lease))
-                if outcomes[-1].poisoned is not None:  # its hand-back poisoned the run
-                    poisoned.append(outcomes[-1].poisoned)
-        return DrainSummary(outcomes=tuple(outcomes), poisoned=tuple(poisoned), limit_reached=True)
+        outcomes, poisoned, limit_reached = await _facade_drain.drain_due(
+            self._store, self._drainer, self.settings, self.telemetry, max_runs=max_runs
+        )
+        return DrainSummary(outcomes=outcomes, poisoned=poisoned, limit_reached=limit_reached)
 
     @property
     def graph_cache(self) -> GraphCache:

@@ -31,14 +31,14 @@ a result whose ``run.status`` is ``failed``.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, ParamSpec, TypeAlias, TypeVar, assert_never
+from typing import Final, Literal, TypeAlias, assert_never
 
 import attrs
 
+from docket._testing_sync import sync_twin
 from docket.clock import ManualClock
 from docket.contract.capabilities import Limits
 from docket.contract.memory import MemoryBackend
@@ -121,8 +121,6 @@ DEFAULT_INLINE_MAX_SUPERSTEPS: Final = 10_000
 
 GraphLike: TypeAlias = Graph | CompileResult | RuntimeGraph
 Sleeper: TypeAlias = Callable[[int], Awaitable[None] | None]
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 
 class SequentialIds:
@@ -749,55 +747,8 @@ async def cancel_inline_async(
 # -- sync twins ------------------------------------------------------------------------------
 
 
-def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro`` on a fresh event loop of this thread (closed afterwards).
-
-    Not ``asyncio.run``: it installs and removes a SIGINT handler on every call, which
-    costs more than a whole small run.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        coro.close()
-        raise RuntimeError(
-            "this helper cannot run inside a running event loop; await its *_async twin instead"
-        )
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        try:
-            _cancel_leftovers(loop)
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
-
-
-def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
-    leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    if not leftovers:
-        return
-    for task in leftovers:
-        task.cancel()
-    loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
-
-
-def _sync(fn: Callable[_P, Coroutine[Any, Any, _T]]) -> Callable[_P, _T]:
-    """The blocking twin of an ``*_async`` helper, with the same signature."""
-
-    @functools.wraps(fn)
-    def blocking(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        return _run_sync(fn(*args, **kwargs))
-
-    blocking.__name__ = blocking.__qualname__ = fn.__name__.removesuffix("_async")
-    blocking.__doc__ = f"Blocking twin of :func:`{fn.__name__}` (same arguments).\n\n{fn.__doc__}"
-    return blocking
-
-
-run_inline = _sync(run_inline_async)
-resume_inline = _sync(resume_inline_async)
-step_inline = _sync(step_inline_async)
-resolve_interrupt_inline = _sync(resolve_interrupt_inline_async)
-cancel_inline = _sync(cancel_inline_async)
+run_inline = sync_twin(run_inline_async)
+resume_inline = sync_twin(resume_inline_async)
+step_inline = sync_twin(step_inline_async)
+resolve_interrupt_inline = sync_twin(resolve_interrupt_inline_async)
+cancel_inline = sync_twin(cancel_inline_async)

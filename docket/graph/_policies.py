@@ -1,0 +1,72 @@
+"""Node and graph policies as the compiler reads them (layer 2): ``node_policies`` resolves
+a node's ``timeout_ms``/``retry``; ``max_supersteps`` is the graph's superstep limit,
+capped by the host's ceiling. The validator reports what these find; lowering uses what
+they resolve to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, cast
+
+from docket.graph.nodes import NodePolicies, RetryPolicy
+from docket.values import JSONValue
+
+__all__ = ["node_policies"]
+
+_MAX_SUPERSTEPS: Final = "max_supersteps"
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_RETRY_KEYS: Final = frozenset({"max_attempts", "backoff_ms"})
+
+
+def node_policies(policies: Mapping[str, JSONValue]) -> tuple[NodePolicies, list[tuple[str, str]]]:
+    """Resolve a node's policies; every problem is a ``(policy key, message)`` pair.
+
+    ``timeout_ms``: a positive integer or absent/``None`` (the host default applies).
+    ``retry``: absent/``None`` or ``{"max_attempts": int >= 1, "backoff_ms": int >= 0}``
+    (defaults 1 and 0). ``on_error`` is reserved. Other keys are ignored.
+    """
+    problems: list[tuple[str, str]] = []
+    if "on_error" in policies:
+        problems.append(("on_error", "the on_error policy is reserved and not supported"))
+    raw_timeout, timeout = policies.get("timeout_ms"), None
+    if _positive_int(raw_timeout):
+        timeout = cast(int, raw_timeout)
+    elif raw_timeout is not None:
+        problems.append(
+            ("timeout_ms", f"timeout_ms must be a positive integer, got {raw_timeout!r}")
+        )
+    retry, raw = RetryPolicy(), policies.get("retry")
+    if isinstance(raw, dict):
+        unknown = sorted(set(raw) - _RETRY_KEYS)
+        if unknown:
+            problems.append(("retry", f"retry policy has unknown keys {unknown}"))
+        values: dict[str, int] = {}
+        for key, low in (("max_attempts", 1), ("backoff_ms", 0)):
+            value = raw.get(key, low)
+            if not _int(value):
+                problems.append(("retry", f"retry {key} must be an integer, got {value!r}"))
+            elif cast(int, value) < low:
+                problems.append(("retry", f"retry {key} must be at least {low}, got {value!r}"))
+            else:
+                values[key] = cast(int, value)
+        retry = RetryPolicy(**values)
+    elif raw is not None:
+        problems.append(("retry", f"retry must be a map of max_attempts/backoff_ms, got {raw!r}"))
+    return NodePolicies(timeout, retry), problems
+
+
+def _resolve_limit(policy: JSONValue, host: int | None) -> int | None:
+    own = cast(int, policy) if _positive_int(policy) else None
+    if own is None:
+        return host
+    return own if host is None else min(own, host)
