@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -123,7 +123,14 @@ class Children:
         self._policy = CommitPolicy(
             attempts=settings.commit_attempts, backoff=settings.commit_backoff
         )
-        self._clock = stamp_clock(backend)  # a server's clock without a round trip each time
+        # a server's clock without a round trip each time; looked up on first use, because
+        # a runtime may be built before its backend has been negotiated
+        self._stamp: Callable[[], Awaitable[datetime]] | None = None
+
+    async def _clock(self) -> datetime:
+        if self._stamp is None:
+            self._stamp = stamp_clock(self._backend)
+        return await self._stamp()
 
     # -- 1 and 3: outcomes of child attempts ------------------------------------------
 
