@@ -8,10 +8,10 @@ exposed as a factory::
     pytest --pyargs docket_contract_tests \\
         --docket-backend-factory docket_contract_tests.mutants_children:drops_task_metadata
 
-``python -m docket_contract_tests.negative`` runs them with the others. Each bug is
-confined to what only child runs exercise (a parked task's fields, a signal that
-commits a barrier, a parked run's fence, a start of a run naming a parent), so the
-CHILD-* cases are what catches it.
+``python -m docket_contract_tests.negative`` runs them with the others. Each bug sits
+where child runs lean on a store (a parked task's fields, a signal that commits a
+barrier, a parked run's fence, a start of a run naming a parent) and is caught by the
+CHILD-* case named in ``catches``; an older case may catch one as well.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 
 from docket.contract import EventConflict, TransitionResult
 from docket.contract.memory import _Row
-from docket.contract.proposals import InitProposal, Schedule
+from docket.contract.proposals import Immediate, InitProposal, ReleaseClaim, Schedule
 from docket.contract.validate import ValidationResult, ValidTransition
 from docket.records import PARENT_KEY, CheckpointType, OwnerScope, run_from_json, tenant_id_of
 from docket.values import canonical_json
@@ -67,7 +67,8 @@ class SignalBarrierKeepsWake(_Reference):
         earlier = row.wake_at
         super()._apply(row, transition_id, checkpoint_type, schedule, valid, new)
         step = checkpoint_type is CheckpointType.STEP_COMMITTED
-        if valid.claim_token is None and step and earlier is not None:
+        at_once = isinstance(schedule, ReleaseClaim) and isinstance(schedule.wake, Immediate)
+        if valid.claim_token is None and step and at_once and earlier is not None:
             row.wake_at = earlier  # the bug: only "parking" checkpoints reschedule
 
 
