@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from docket.contract import Backend, ClaimedProposal, InitProposal, UnclaimedProposal
+from docket.contract import ClaimedProposal, InitProposal, UnclaimedProposal
 from docket.core.advance import advance
 from docket.core.children import awaited_children, child_input, child_outcome, deliver
 from docket.core.children import child_run_id as derive_child_id
@@ -90,10 +90,8 @@ def _ids() -> Callable[[str], str]:
     return lambda kind: f"{kind}-{next(counter)}"
 
 
-async def _save(
-    k: Kit, store: Backend, owner: OwnerScope, rtg: RuntimeGraph, doc: JSONDict
-) -> None:
-    saved = await store.graphs.save_graph(owner, GraphRef(rtg.graph_id, rtg.graph_hash), doc)
+async def _save(k: Kit, owner: OwnerScope, rtg: RuntimeGraph, doc: JSONDict) -> None:
+    saved = await k.b.graphs.save_graph(owner, GraphRef(rtg.graph_id, rtg.graph_hash), doc)
     k.isa(saved, GraphVersion, f"save_graph({owner}, {rtg.graph_id})")
 
 
@@ -134,8 +132,8 @@ async def family(k: Kit, owner: OwnerScope) -> Family:
     )
     compiled = compile_graph(parent, NODES)
     assert compiled.ok and compiled.runtime and compiled.effective, compiled.errors
-    await _save(k, k.b, owner, built.runtime, effective_document(built.effective))
-    await _save(k, k.b, owner, compiled.runtime, effective_document(compiled.effective))
+    await _save(k, owner, built.runtime, effective_document(built.effective))
+    await _save(k, owner, compiled.runtime, effective_document(compiled.effective))
     return Family(owner=owner, parent=compiled.runtime, child=built.runtime)
 
 
