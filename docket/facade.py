@@ -566,7 +566,7 @@ class Docket:
         if self._child_runs is None:
             self._child_runs = Children(
                 self._store,
-                self._execute,
+                self._describe,
                 self.settings,
                 ids=self._ids,
                 limits=host_limits(self.settings),

@@ -50,6 +50,7 @@ from docket.contract.validate import (
     validate_initialize,
 )
 from docket.core.advance import advance
+from docket.core.children import child_input, child_outcome, child_run_id, parent_link
 from docket.core.errors import CoreError, UncompilableGraph
 from docket.core.init import build_initial_run, initialize
 from docket.core.moment import (
@@ -63,8 +64,14 @@ from docket.core.moment import (
     due_wake,
 )
 from docket.core.mutations import cancel_run, resolve_interrupt
-from docket.core.outcomes import TaskOutcome
-from docket.core.plan import DEFAULT_TIMEOUT_MS, Dispatch, HostLimits, check_execution_policy
+from docket.core.outcomes import Failed, TaskOutcome, format_reason
+from docket.core.plan import (
+    DEFAULT_TIMEOUT_MS,
+    Activation,
+    Dispatch,
+    HostLimits,
+    check_execution_policy,
+)
 from docket.core.proposals import (
     claimed_proposal,
     init_proposal,
@@ -180,6 +187,9 @@ class _Options:
     validate: bool
     backend: MemoryBackend | None
     document: JSONDict | None
+    # child graphs by id, and the registry that compiles them (docs/execution.md)
+    graphs: Mapping[str, GraphLike] = attrs.field(factory=dict)
+    nodes: NodeRegistry | None = None
 
 
 def _options(
@@ -195,6 +205,8 @@ def _options(
     context: Mapping[str, object] | None,
     validate: bool,
     commit_to: MemoryBackend | Literal[True] | None,
+    graphs: Mapping[str, GraphLike] | None = None,
+    nodes: NodeRegistry | None = None,
 ) -> _Options:
     the_clock = clock or ManualClock(DEFAULT_START)
     backend = MemoryBackend(clock=the_clock) if commit_to is True else commit_to
@@ -218,6 +230,8 @@ def _options(
         validate=validate,
         backend=backend,
         document=document,
+        graphs=dict(graphs or {}),
+        nodes=nodes,
     )
 
 
@@ -427,8 +441,65 @@ async def _drive(
 async def _execute(
     rtg: RuntimeGraph, dispatch: Dispatch, options: _Options
 ) -> tuple[TaskOutcome, ...]:
-    return await execute(
-        rtg, dispatch.activations, clock=options.clock, application=options.context
+    if not rtg.has_children:
+        return await execute(
+            rtg, dispatch.activations, clock=options.clock, application=options.context
+        )
+    nodes = [a for a in dispatch.activations if rtg.nodes[a.node_id].child is None]
+    children = [a for a in dispatch.activations if rtg.nodes[a.node_id].child is not None]
+    done = await execute(rtg, nodes, clock=options.clock, application=options.context)
+    ran = [await _run_child(rtg, dispatch, a, options) for a in children]
+    return (*done, *ran)
+
+
+async def _run_child(
+    rtg: RuntimeGraph, dispatch: Dispatch, activation: Activation, options: _Options
+) -> TaskOutcome:
+    """A child node's attempt, inline: the child graph runs to its end right here (with the
+    same clock, ids and context), and its end is the attempt's outcome."""
+    spec = rtg.nodes[activation.node_id].child
+    assert spec is not None
+
+    def failed(kind: str, text: str) -> Failed:
+        return Failed(
+            task_id=activation.task_id,
+            node_id=activation.node_id,
+            attempt=activation.attempt,
+            reason=format_reason(kind, text),
+            retryable=False,
+        )
+
+    graph = options.graphs.get(spec.graph)
+    if graph is None:
+        return failed(
+            "child_graph_unusable",
+            f"no child graph {spec.graph!r} was given to the inline runner (graphs=...)",
+        )
+    ident = child_run_id(activation.task_id, activation.attempt, dispatch.run.checkpoint_seq)
+    result = await run_inline_async(
+        graph,
+        child_input(spec, activation.snapshot),
+        nodes=options.nodes,
+        run_id=ident,
+        metadata=parent_link(
+            dispatch.run, activation.task_id, activation.node_id, activation.attempt
+        ),
+        clock=options.clock,
+        sleeper=options.sleeper,
+        ids=options.ids,
+        max_supersteps=options.limits.max_supersteps,
+        max_attempt_ms=options.limits.max_attempt_ms,
+        default_timeout_ms=options.limits.default_timeout_ms,
+        context=options.context,
+        graphs=options.graphs,
+    )
+    ended = child_outcome(spec, activation, result.run)
+    if ended is not None:
+        return ended
+    return failed(
+        "child_waiting",
+        f"child run {ident!r} waits for an interrupt, which the inline runner cannot answer "
+        "for a child",
     )
 
 
@@ -467,6 +538,7 @@ async def run_inline_async(
     context: Mapping[str, object] | None = None,
     validate: bool = False,
     commit_to: MemoryBackend | Literal[True] | None = None,
+    graphs: Mapping[str, GraphLike] | None = None,
 ) -> InlineResult:
     """Start a run of ``graph`` with ``input`` and drive it to a pause or to the end.
 
@@ -477,6 +549,8 @@ async def run_inline_async(
     ``max_attempt_ms`` caps node timeouts (a node declaring more raises
     ``IncompatibleExecutionPolicy`` before anything runs); ``default_timeout_ms`` applies to
     nodes without a timeout (60 s). ``context`` reaches nodes as ``ctx.application``.
+    ``graphs`` gives the child graphs by id: a child node runs its child inline, to its
+    end, as its attempt (the pinned hash is not checked here).
     """
     rtg, document = _runtime(graph, nodes)
     options = _options(
@@ -491,6 +565,8 @@ async def run_inline_async(
         context=context,
         validate=validate,
         commit_to=commit_to,
+        graphs=graphs,
+        nodes=nodes,
     )
     ledger = _Ledger(options, rtg)
     now = options.clock()

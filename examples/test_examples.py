@@ -62,3 +62,16 @@ def test_map_reduce_researches_each_question_and_drafts_in_question_order() -> N
     assert f"research tasks: [{', '.join(tasks)}]" in out
     # an empty list researches nothing and the draft still follows
     assert "run empty-1 is done" in out and "report: nothing: no research" in out
+
+
+def test_child_runs_summarise_each_article_in_a_child_and_retry_a_failed_child() -> None:
+    out = run_example("child_runs.py")
+    assert "run news-1 is done" in out
+    assert "newsletter: OTTERS | TIDES | BREAD" in out
+    pinned, saved = out.split("summarise pinned at ", 1)[1].split("\n", 1)[0].split(" (saved ")
+    assert pinned == saved.rstrip(")")
+    # one child per article, a second child for the article whose first child failed
+    for index in range(3):
+        assert f"child news-1:0:summaries[{index}]:1@1 is " in out
+    assert "child news-1:0:summaries[1]:1@1 is failed (parent news-1)" in out
+    assert "child news-1:0:summaries[1]:2@" in out and out.count(" is done (parent news-1)") == 3

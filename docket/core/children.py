@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Protocol
 
 import attrs
 
@@ -37,6 +38,7 @@ from docket.records import PARENT_KEY, TASK_CHILD_RUNNING, Run, RunStatus, TaskS
 from docket.values import JSONDict, JSONValue
 
 __all__ = [
+    "AttemptOf",
     "ParentLink",
     "awaited_children",
     "child_input",
@@ -62,14 +64,20 @@ class ParentLink:
     task_id: str
     node_id: str
     attempt: int
+    # the parent's pinned graph: a hand-off compiles it before reading the parent
+    graph_id: str | None = None
+    graph_hash: str | None = None
 
     def to_json(self) -> JSONDict:
-        return {
+        doc: JSONDict = {
             "run_id": self.run_id,
             "task_id": self.task_id,
             "node_id": self.node_id,
             "attempt": self.attempt,
         }
+        if self.graph_id is not None and self.graph_hash is not None:
+            doc["graph_id"], doc["graph_hash"] = self.graph_id, self.graph_hash
+        return doc
 
     @classmethod
     def of(cls, run: Run) -> ParentLink | None:
@@ -87,12 +95,27 @@ class ParentLink:
             return None
         if not isinstance(attempt, int) or isinstance(attempt, bool):
             return None
-        return cls(run_id=run_id, task_id=task_id, node_id=node_id, attempt=attempt)
+        graph_id, graph_hash = raw.get("graph_id"), raw.get("graph_hash")
+        return cls(
+            run_id=run_id,
+            task_id=task_id,
+            node_id=node_id,
+            attempt=attempt,
+            graph_id=graph_id if isinstance(graph_id, str) else None,
+            graph_hash=graph_hash if isinstance(graph_hash, str) else None,
+        )
 
 
 def parent_link(parent: Run, task_id: str, node_id: str, attempt: int) -> JSONDict:
     """The child's metadata naming its parent."""
-    link = ParentLink(run_id=parent.id, task_id=task_id, node_id=node_id, attempt=attempt)
+    link = ParentLink(
+        run_id=parent.id,
+        task_id=task_id,
+        node_id=node_id,
+        attempt=attempt,
+        graph_id=parent.graph_id,
+        graph_hash=parent.graph_hash,
+    )
     return {PARENT_KEY: link.to_json()}
 
 
@@ -102,7 +125,18 @@ def child_input(spec: ChildSpec, snapshot: Mapping[str, JSONValue]) -> JSONDict:
     return {name: snapshot[source] for name, source in spec.input.items() if source in snapshot}
 
 
-def child_outcome(spec: ChildSpec, task: TaskState, child: Run) -> Completed | Failed | None:
+class AttemptOf(Protocol):
+    """What names an attempt (a parked :class:`TaskState` or an ``Activation``)."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+
+
+def child_outcome(spec: ChildSpec, task: AttemptOf, child: Run) -> Completed | Failed | None:
     """The attempt's outcome once ``child`` has ended (``None`` while it has not)."""
     task_id, node_id, attempt = task.task_id, task.node_id, task.attempt
     details: JSONDict = {"child_run_id": child.id}

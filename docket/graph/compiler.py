@@ -240,6 +240,7 @@ class RuntimeGraph:
     _field_rules: Mapping[str, FieldRule] = attrs.field(init=False, eq=False, repr=False)
     _visible: tuple[tuple[str, RuntimeChannel], ...] = attrs.field(init=False, eq=False, repr=False)
     _node_order: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+    _has_children: bool = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         channels = self.channels.values()
@@ -256,6 +257,7 @@ class RuntimeGraph:
         visible = tuple((k, c) for k, c in self.channels.items() if c.kind is not ChannelKind.EDGE)
         object.__setattr__(self, "_visible", visible)
         object.__setattr__(self, "_node_order", tuple(sorted(self.nodes)))
+        object.__setattr__(self, "_has_children", any(n.child for n in self.nodes.values()))
 
     @property
     def input_ids(self) -> tuple[str, ...]:
@@ -275,7 +277,7 @@ class RuntimeGraph:
     @property
     def has_children(self) -> bool:
         """Whether any node runs a child graph (docket.graph.children)."""
-        return any(node.child is not None for node in self.nodes.values())
+        return self._has_children
 
     @property
     def field_rule_map(self) -> Mapping[str, FieldRule]:

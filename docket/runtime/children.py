@@ -35,8 +35,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
-from docket.contract.errors import Conflict, NotFound
-from docket.contract.protocols import Backend
+from docket.contract.errors import Conflict, NotFound, TransitionResult
+from docket.contract.proposals import Lease
+from docket.contract.protocols import Backend, ClaimedStarts
 from docket.core.children import (
     ParentLink,
     awaited_children,
@@ -73,6 +74,7 @@ from docket.runtime.lifecycle import (
     SignalResult,
     commit,
     signal,
+    stamp_clock,
 )
 from docket.settings import Settings
 from docket.telemetry import Telemetry, stamp_logger
@@ -121,6 +123,7 @@ class Children:
         self._policy = CommitPolicy(
             attempts=settings.commit_attempts, backoff=settings.commit_backoff
         )
+        self._clock = stamp_clock(backend)  # a server's clock without a round trip each time
 
     # -- 1 and 3: outcomes of child attempts ------------------------------------------
 
@@ -214,10 +217,20 @@ class Children:
     # -- 2: starting ------------------------------------------------------------------
 
     async def start(
-        self, owner: OwnerScope, parent: Run, task: TaskState, ident: str, spec: ChildSpec
+        self,
+        owner: OwnerScope,
+        parent: Run,
+        task: TaskState,
+        ident: str,
+        spec: ChildSpec,
+        *,
+        now: datetime | None = None,
+        claim_token: str | None = None,
+        written: set[str] | None = None,
     ) -> Run | Failed:
         """Create the child ``ident`` of ``task`` (or adopt it if it exists); a child that
-        cannot be created is the attempt's permanent failure."""
+        cannot be created is the attempt's permanent failure. ``now``: the store's time
+        (read here when not given)."""
 
         def failed(kind: str, text: str) -> Failed:
             return _failed(task.task_id, task.node_id, task.attempt, kind, text)
@@ -227,7 +240,8 @@ class Children:
         rtg = await self._graphs.get(owner, GraphRef(spec.graph, spec.graph_hash))
         if isinstance(rtg, GraphProblem):
             return failed("child_graph_unusable", rtg.message)
-        now = await self._backend.now()
+        if now is None:
+            now = await self._clock()
         created = build_initial_run(
             rtg,
             child_input(spec, task.snapshot),
@@ -240,12 +254,19 @@ class Children:
             return failed("invalid_child_input", moment.message)
         assert not isinstance(moment, Terminated)
         proposal = init_proposal(moment, transition_id=self._ids("transition"))
-        stored = await commit(
-            lambda: self._backend.transitions.initialize(owner, proposal, moment.events),
-            self._policy,
-            what=f"start of child run {ident}",
-        )
+        transitions = self._backend.transitions
+
+        async def write() -> TransitionResult:
+            if claim_token is not None and isinstance(transitions, ClaimedStarts):
+                return await transitions.initialize_claimed(
+                    owner, proposal, moment.events, claim_token
+                )
+            return await transitions.initialize(owner, proposal, moment.events)
+
+        stored = await commit(write, self._policy, what=f"start of child run {ident}")
         if isinstance(stored, Run):
+            if written is not None:
+                written.add(ident)  # written by this call (not adopted)
             self._tell(moment, owner, "start")
             return stored
         if isinstance(stored, Conflict):  # started before (a replay): adopt our own child
@@ -277,42 +298,90 @@ class Children:
             t.status == TASK_CHILD_RUNNING for t in after.active_tasks.values()
         )
 
-    async def after_commit(self, owner: OwnerScope, before: Run, after: Run) -> None:
-        """Start the children ``after`` newly waits for, cancel those it dropped, and hand
-        ``after``'s end to its parent if it is a child that just ended."""
+    async def after_commit(
+        self,
+        owner: OwnerScope,
+        before: Run,
+        after: Run,
+        *,
+        ended: str | None = None,
+        eager: bool = False,
+    ) -> tuple[Lease, Run] | None:
+        """Start the children ``after`` newly waits for, cancel those it dropped (but
+        ``ended``, the child whose end this commit settled), and hand ``after``'s end to
+        its parent if it is a child that just ended.
+
+        With ``eager`` (a worker whose slot the parent just freed) the first new child is
+        started already claimed (``ClaimedStarts``), and its lease is returned for the
+        caller to drain at once, saving the announce and claim round trips."""
         was, now_waiting = awaited_children(before), awaited_children(after)
         new = [(ident, task) for ident, task in now_waiting.items() if ident not in was]
-        dropped = [ident for ident in was if ident not in now_waiting]
-        if new:
-            await self._start_new(owner, after, new)
-        if dropped:
-            await asyncio.gather(*(self._cancel_if_running(owner, i) for i in dropped))
+        dropped = [ident for ident in was if ident not in now_waiting and ident != ended]
+        follow: tuple[Lease, Run] | None = None
+        try:
+            if new:
+                follow = await self._start_new(owner, after, new, eager=eager)
+            if dropped:
+                await asyncio.gather(*(self._cancel_if_running(owner, i) for i in dropped))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # the commit stands; a start the store refused now is the recheck's to repeat
+            log.exception("starting or cancelling the children of run %s failed", after.id)
         if after.status.terminal and not before.status.terminal:
             await self.hand_off(owner, after)
+        return follow
 
     async def _start_new(
-        self, owner: OwnerScope, parent: Run, new: list[tuple[str, TaskState]]
-    ) -> None:
+        self, owner: OwnerScope, parent: Run, new: list[tuple[str, TaskState]], *, eager: bool
+    ) -> tuple[Lease, Run] | None:
         rtg = await self._graphs.get(owner, GraphRef(parent.graph_id, parent.graph_hash))
         if isinstance(rtg, GraphProblem):
-            return  # the parent's recheck runs where its graph can be used
-        started: list[str] = []
-        for ident, task in new:
+            return None  # the parent's recheck runs where its graph can be used
+        now = await self._clock()  # one clock read for the batch
+        token = self._ids("claim") if eager else None
+        first = new[0][0]
+        written: set[str] = set()
+
+        async def one(ident: str, task: TaskState) -> Run | None:
             spec = rtg.nodes[task.node_id].child if task.node_id in rtg.nodes else None
             if spec is None:
-                continue
-            result = await self.start(owner, parent, task, ident, spec)
+                return None
+            claim = token if ident == first else None
+            result = await self.start(
+                owner, parent, task, ident, spec, now=now, claim_token=claim, written=written
+            )
             if isinstance(result, Failed):
                 await self._deliver(owner, parent.id, ident, result)
-            else:
-                started.append(ident)
+                return None
+            return result
+
+        # concurrently: a map's children reach a group-committing store together
+        results = await asyncio.gather(*(one(ident, task) for ident, task in new))
+        started = [run for run in results if run is not None]
         if not started:
-            return
+            return None
         # A cancel may have ended the parent between its commit and these starts: the
         # canceller only saw the children already started, so these are ours to cancel.
         latest = await self._backend.runs.fetch_run(owner, parent.id)
         if isinstance(latest, Run) and latest.status.terminal:
-            await asyncio.gather(*(self._cancel_if_running(owner, i) for i in started))
+            await asyncio.gather(*(self._cancel_if_running(owner, r.id) for r in started))
+            return None
+        claimed = next((r for r in started if r.id == first), None)
+        if token is None or claimed is None or first not in written:
+            return None  # adopted, not started by us just now: nothing to drain eagerly
+        lease = Lease(
+            run_id=claimed.id,
+            owner=owner,
+            graph_id=claimed.graph_id,
+            graph_hash=claimed.graph_hash,
+            checkpoint_seq=claimed.checkpoint_seq,
+            claim_token=token,
+            claimed_at=now,
+            claim_attempt=1,  # the start counted it, as claim_due counts a lease
+            orphan_ttl=timedelta(seconds=self._settings.claim_ttl),
+        )
+        return lease, claimed
 
     async def _cancel_if_running(self, owner: OwnerScope, ident: str) -> None:
         result = await signal(
@@ -342,24 +411,37 @@ class Children:
         if link is None:
             return
         try:
-            await self._deliver(owner, link.run_id, child.id, child)
+            known = None
+            if link.graph_id is not None and link.graph_hash is not None:
+                known = GraphRef(link.graph_id, link.graph_hash)
+            await self._deliver(owner, link.run_id, child.id, child, graph=known)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("handing child run %s to parent %s failed", child.id, link.run_id)
 
     async def _deliver(
-        self, owner: OwnerScope, parent_id: str, ident: str, ended: Run | Failed
+        self,
+        owner: OwnerScope,
+        parent_id: str,
+        ident: str,
+        ended: Run | Failed,
+        *,
+        graph: GraphRef | None = None,
     ) -> None:
-        parent = await self._backend.runs.fetch_run(owner, parent_id)
-        if isinstance(parent, NotFound):
-            return
-        rtg = await self._graphs.get(owner, GraphRef(parent.graph_id, parent.graph_hash))
+        if graph is None:  # a link written without the parent's graph: read the parent
+            parent = await self._backend.runs.fetch_run(owner, parent_id)
+            if isinstance(parent, NotFound):
+                return
+            graph = GraphRef(parent.graph_id, parent.graph_hash)
+        rtg = await self._graphs.get(owner, graph)
         if isinstance(rtg, GraphProblem):
             log.warning("parent %s of child %s: %s", parent_id, ident, rtg.message)
             return
 
         def settle_child(run: Run, now: datetime) -> Moment | Unchanged | CoreError:
+            if (run.graph_id, run.graph_hash) != (rtg.graph_id, rtg.graph_hash):
+                return Unchanged(run)  # not the parent the link names
             task = waiting_task(run, ident)
             if task is None:
                 return Unchanged(run)
@@ -387,10 +469,11 @@ class Children:
                 attempts=self._settings.signal_attempts,
                 observers=self._observers,
                 telemetry=self._telemetry,
+                clock=self._clock,
             )
             if isinstance(result, SignalResult):
                 if result.previous is not None:
-                    await self.after_commit(owner, result.previous, result.run)
+                    await self.after_commit(owner, result.previous, result.run, ended=ident)
                 return
             if isinstance(result, CoreError):
                 log.warning("child %s cannot be handed to %s: %s", ident, parent_id, result)

@@ -132,6 +132,8 @@ class DrainOutcome:
     detail: str = ""
     yielded: bool = False
     poisoned: PoisonedClaim | None = None
+    # a child run this drain started claimed (an eager child): drained next, in this slot
+    follow: tuple[Lease, Run] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 def host_limits(settings: Settings) -> HostLimits:
@@ -222,7 +224,9 @@ class Drainer:
         )
         self._children = Children(
             backend,
-            graphs,
+            # structure is all a child's start or hand-off needs: a worker that serves
+            # only the children's nodes can still hand their ends to the parent
+            GraphCache(backend, None, executable=False),
             settings,
             ids=ids,
             limits=self._limits,
@@ -270,7 +274,13 @@ class Drainer:
             span.stop(
                 {"outcome": outcome.kind, "reason": outcome.detail}, {"commits": outcome.commits}
             )
+        if outcome.follow is None:
             return outcome
+        # the slot the parent held goes on with its eagerly started child (the parent
+        # did not report itself parked, so the worker still counts the slot busy)
+        child_lease, child_run = outcome.follow
+        then = await self.drain(child_lease, stopping=stopping, run=child_run, parked=parked)
+        return then if then.poisoned is not None else attrs.evolve(outcome, follow=None)
 
     async def _hold(
         self,
@@ -438,8 +448,14 @@ class Drainer:
                         kind="discarded", run_id=run.id, commits=commits, detail=detail
                     )
                 commits += 1
+                follow = None
                 if Children.concerned(run, stored):
-                    await self._children.after_commit(lease.owner, run, stored)
+                    follow = await self._children.after_commit(
+                        lease.owner,
+                        run,
+                        stored,
+                        eager=isinstance(moment.disposition, Park) and not stopping(),
+                    )
                 if span is not NO_SPAN:  # nobody listens: skip building what nobody reads
                     span.set(
                         {
@@ -456,7 +472,7 @@ class Drainer:
                         operation="moment",
                         tenant_id=tenant_id_of(lease.owner),
                     )
-                if parked is not None and isinstance(moment.disposition, Park):
+                if parked is not None and isinstance(moment.disposition, Park) and not follow:
                     parked()
                 if self._observers:
                     context = CommitContext(tenant_id=tenant_id_of(lease.owner), operation="moment")
@@ -469,6 +485,7 @@ class Drainer:
                         commits=commits,
                         detail=wake_name(moment.disposition),
                         yielded=yielded,
+                        follow=follow,
                     )
 
     def _send(self, lease: Lease, moment: Moment, expected_seq: int) -> _Sent:
@@ -535,6 +552,8 @@ class Drainer:
         (``docket.runtime.children``). ``None`` when the claim was lost; a time when the
         dispatch only rechecked children that are still running (nothing to commit: the
         caller hands the claim back until then)."""
+        if not rtg.has_children:
+            return await self._execute(rtg, dispatch, heartbeat, dispatch.now)
         children = [a for a in dispatch.activations if is_child_dispatch(rtg, a)]
         if not children:
             return await self._execute(rtg, dispatch, heartbeat, dispatch.now)

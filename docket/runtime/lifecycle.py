@@ -243,17 +243,20 @@ async def signal(
     attempts: int = 4,
     observers: Observers | None = None,
     telemetry: Telemetry | None = None,
+    clock: Callable[[], Awaitable[datetime]] | None = None,
 ) -> SignalResult | CoreError | TransitionError:
     """Read, evaluate, commit unclaimed; on ``StaleCheckpoint`` read and evaluate again.
 
     Errors of the mutation and of the store are returned (nothing was written); after
-    ``attempts`` lost races the answer is ``StaleCheckpoint``.
+    ``attempts`` lost races the answer is ``StaleCheckpoint``. ``clock``: the store time
+    the mutation is evaluated at (default ``backend.now``).
     """
+    read_clock = clock if clock is not None else backend.now
     for _ in range(max(attempts, 1)):
         fetched = await backend.runs.fetch_run(owner, run_id)
         if isinstance(fetched, NotFound):
             return fetched
-        now = await backend.now()
+        now = await read_clock()
         outcome = mutate(fetched, max(now, fetched.updated_at))
         if isinstance(outcome, CoreError):
             return outcome

@@ -7,6 +7,7 @@ survives being lost (the parent's recheck finds the ended child)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,11 +20,13 @@ from docket.graph.children import ChildSpec
 from docket.graph.compiler import compile_graph
 from docket.graph.maps import MapSpec
 from docket.graph.model import FINISH, START, Graph
-from docket.graph.nodes import Failure, NodeContext, NodeRegistry, NodeState, RetryPolicy
+from docket.graph.nodes import Failure, Interrupt, NodeContext, NodeRegistry, NodeState, RetryPolicy
 from docket.graph.reducers import R
 from docket.graph.schema import S
 from docket.records import PARENT_KEY, EventType, Run, RunStatus
+from docket.testing import run_inline
 from docket.values import JSONDict
+from tests.runtime import child_scenarios as e2e
 from tests.runtime.helpers import check_events, later, memory_docket
 
 NODES = NodeRegistry()
@@ -137,7 +140,10 @@ def test_a_parent_runs_a_child_and_takes_its_output() -> None:
             assert child_id == "p:0:call:1@1"
             child = await docket.fetch_run(str(child_id))
             assert child.status is RunStatus.DONE and child.output == {"twice": 42}
-            assert child.metadata[PARENT_KEY] == {
+            link = child.metadata[PARENT_KEY]
+            assert isinstance(link, dict) and link.pop("graph_hash") == ref.graph_hash
+            assert link == {
+                "graph_id": "parent",
                 "run_id": "p",
                 "task_id": "p:0:call",
                 "node_id": "call",
@@ -211,15 +217,24 @@ def test_cancelling_the_parent_cancels_its_running_child() -> None:
     async def scenario() -> None:
         docket, _, _ = memory_docket(nodes=NODES, context={})
         async with docket:
-            await docket.save_graph(CHILD)
-            ref = await docket.save_graph(parent())
+            await docket.save_graph(GATED)
+            ref = await docket.save_graph(
+                GraphBuilder("waits")
+                .input("n", S.integer(), required=True)
+                .field("result", S.integer())
+                .node(
+                    "call",
+                    child=ChildSpec(graph="gated", input={"n": "n"}, output={"result": "twice"}),
+                )
+                .edge("a", START, "call")
+                .output("result")
+                .build()
+            )
             await docket.start_run(ref, {"n": 1}, run_id="p")
-            # one drain: the parent asks for its child and starts it; the child is not run
-            await docket.drain_due(max_runs=1)
-            child_id = "p:0:call:1@1"
-            assert (await docket.fetch_run(child_id)).status is RunStatus.RUNNING
+            # the parent asks for its child; the child waits for an answer
+            await _settle_until(docket, "p:0:call:1@1", RunStatus.WAITING)
             await docket.cancel_run("p")
-            assert (await docket.fetch_run(child_id)).status is RunStatus.CANCELLED
+            assert (await docket.fetch_run("p:0:call:1@1")).status is RunStatus.CANCELLED
 
     asyncio.run(scenario())
 
@@ -231,7 +246,6 @@ def test_a_lost_hand_off_is_found_by_the_parents_recheck() -> None:
             await docket.save_graph(CHILD)
             ref = await docket.save_graph(parent())
             await docket.start_run(ref, {"n": 4}, run_id="p")
-            await docket.drain_due(max_runs=1)  # the parent parks, the child starts
 
             # lose the hand-off: the child's end is committed but never handed to the parent
             async def no_hand_off(self: object, owner: object, child: Run) -> None:
@@ -240,7 +254,7 @@ def test_a_lost_hand_off_is_found_by_the_parents_recheck() -> None:
             original = type(docket._drainer._children).hand_off
             type(docket._drainer._children).hand_off = no_hand_off  # type: ignore[method-assign]
             try:
-                await docket.drain_due()
+                await docket.drain_due()  # the parent parks, its child starts and ends
             finally:
                 type(docket._drainer._children).hand_off = original  # type: ignore[method-assign]
             assert (await docket.fetch_run("p:0:call:1@1")).status is RunStatus.DONE
@@ -296,5 +310,156 @@ def test_saving_a_parent_checks_the_child_interface() -> None:
             text = str(raised.value)
             assert "no input 'm'" in text and "required child input 'n'" in text
             assert "no output 'nope'" in text
+
+    asyncio.run(scenario())
+
+
+def test_the_inline_runner_runs_children_inline() -> None:
+    app: dict[str, Any] = {"calls": []}
+    result = run_inline(
+        parent(), {"n": 3}, nodes=NODES, context=app, graphs={"double": CHILD}, run_id="i"
+    )
+    assert result.run.status is RunStatus.DONE and result.run.output == {"result": 6}
+    assert app["calls"] == [("i:0:call:1@1", 3)]
+    mapped = run_inline(MAPPED, {"count": 3}, nodes=NODES, context=app, graphs={"double": CHILD})
+    assert mapped.run.output == {"results": [0, 2, 4]}
+    # an inline run is as deterministic as a worker's: the same input, the same document
+    again = run_inline(MAPPED, {"count": 3}, nodes=NODES, context=app, graphs={"double": CHILD})
+    assert again.run == mapped.run
+
+
+def test_the_inline_runner_fails_a_child_node_whose_graph_it_was_not_given() -> None:
+    result = run_inline(parent(), {"n": 3}, nodes=NODES, context={"calls": []})
+    assert result.run.status is RunStatus.FAILED and result.run.failure is not None
+    assert "child_graph_unusable" in str(result.run.failure.details["errors"])
+
+
+def test_children_end_to_end_on_memory_and_a_sqlite_file(tmp_path: Path) -> None:
+    async def scenario(target: Any) -> None:
+        async with Docket(target, **e2e.options()) as d:
+            await e2e.run_scenario(d)
+
+    asyncio.run(scenario(MemoryBackend()))
+    asyncio.run(scenario(f"sqlite:///{tmp_path / 'children.db'}"))
+
+
+@NODES.node("kids.gate")
+def gate(state: NodeState, ctx: NodeContext) -> JSONDict | Failure | Interrupt:
+    n = state["n"]
+    assert isinstance(n, int)
+    if n == 0:
+        return Failure("item 0 fails for good", retryable=False)
+    if state.get("answer") is None:
+        return Interrupt("answer", id=f"ask-{n}")
+    return {"twice": n * 2}
+
+
+GATED = (
+    GraphBuilder("gated")
+    .input("n", S.integer(), required=True)
+    .field("twice", S.integer())
+    .field("answer", S.string())
+    .node("work", "kids.gate")
+    .edge("a", START, "work")
+    .edge("b", "work", FINISH)
+    .output("twice")
+    .build()
+)
+
+
+def test_a_parent_that_fails_cancels_the_children_it_still_waits_for() -> None:
+    async def scenario() -> None:
+        docket, _, _ = memory_docket(nodes=NODES, context={"calls": []})
+        async with docket:
+            await docket.save_graph(GATED)
+            gated_many = (
+                GraphBuilder("gated-many")
+                .input("count", S.integer(min=0), required=True)
+                .field("items", S.list(S.integer()))
+                .field("results", S.list(S.integer()), reducer=R.append())
+                .node("split", "kids.split")
+                .node(
+                    "each",
+                    child=ChildSpec(
+                        graph="gated", input={"n": "item"}, output={"results": "twice"}
+                    ),
+                    map=MapSpec(over="items", item="item"),
+                )
+                .edge("a", START, "split")
+                .edge("b", "split", "each")
+                .output("results")
+                .build()
+            )
+            ref = await docket.save_graph(gated_many)
+            await docket.start_run(ref, {"count": 2}, run_id="g")
+            failed = await _settle(docket, "g")
+            assert failed.status is RunStatus.FAILED and failed.failure is not None
+            assert "child_failed" in str(failed.failure.details["errors"])
+            # item 1's child was waiting on its interrupt: nobody waits for it any more
+            waiting = await docket.fetch_run("g:1:each[1]:1@2")
+            assert waiting.status is RunStatus.CANCELLED
+            assert (await docket.fetch_run("g:1:each[0]:1@2")).status is RunStatus.FAILED
+
+    asyncio.run(scenario())
+
+
+def test_cancelling_a_child_fails_its_parents_attempt_for_good() -> None:
+    async def scenario() -> None:
+        docket, _, _ = memory_docket(nodes=NODES, context={"calls": []})
+        async with docket:
+            await docket.save_graph(GATED)
+            ref = await docket.save_graph(
+                GraphBuilder("one-gated")
+                .input("n", S.integer(), required=True)
+                .field("result", S.integer())
+                .node(
+                    "call",
+                    child=ChildSpec(graph="gated", input={"n": "n"}, output={"result": "twice"}),
+                    retry=RetryPolicy(max_attempts=3),
+                )
+                .edge("a", START, "call")
+                .output("result")
+                .build()
+            )
+            await docket.start_run(ref, {"n": 5}, run_id="c")
+            await _settle_until(docket, "c:0:call:1@1", RunStatus.WAITING)
+            # the child's interrupt is visible: it waits on the child, not on the parent
+            assert (await docket.fetch_run("c")).status is RunStatus.RUNNING
+            await docket.cancel_run("c:0:call:1@1")
+            parent_run = await docket.fetch_run("c")
+            assert parent_run.status is RunStatus.FAILED and parent_run.failure is not None
+            assert "child_cancelled" in str(parent_run.failure.details["errors"])
+
+    asyncio.run(scenario())
+
+
+async def _settle_until(docket: Docket, run_id: str, status: RunStatus) -> Run:
+    for _ in range(30):
+        await docket.drain_due()
+        try:
+            run = await docket.fetch_run(run_id)
+        except Exception:
+            continue
+        if run.status is status:
+            return run
+    raise AssertionError(f"run {run_id} never reached {status}")
+
+
+def test_a_worker_drains_the_child_it_started_in_the_parents_slot() -> None:
+    async def scenario() -> None:
+        docket, _, _ = memory_docket(nodes=NODES, context={"calls": []})
+        async with docket:
+            await docket.save_graph(CHILD)
+            ref = await docket.save_graph(parent())
+            await docket.start_run(ref, {"n": 2}, run_id="p")
+            summary = await docket.drain_due(max_runs=1)  # one claim: the parent's
+            assert [o.run_id for o in summary.outcomes] == ["p"]
+            # ... yet the child ran in the same drain, and its end reached the parent
+            assert (await docket.fetch_run("p:0:call:1@1")).status is RunStatus.DONE
+            parent_run = await docket.fetch_run("p")
+            assert not parent_run.active_tasks and parent_run.pending_writes == ()
+            assert parent_run.step == 1  # the hand-off committed the barrier
+            done = await _settle(docket, "p")
+            assert done.output == {"result": 4}
 
     asyncio.run(scenario())
