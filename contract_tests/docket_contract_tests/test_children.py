@@ -6,7 +6,9 @@ A parent whose child node asks for a child run parks: its task is ``child_runnin
 released to the timer. The child's end is handed to the parent with ``commit_unclaimed``
 fenced on the parent's checkpoint, whatever moment it makes: a re-park while another
 child runs, the superstep's barrier, or the parent's failure. The child itself is an
-``initialize`` of a derived id in the parent's owner scope, which two workers may send.
+``initialize`` (or, where the store has ``ClaimedStarts``, ``initialize_claimed`` by the
+worker that parked the parent) of a derived id in the parent's owner scope, which two
+workers may send.
 The documents are built by the real core (:mod:`docket_contract_tests.children`), so the
 cases check the shapes the runtime sends. Without the feature the cases are skipped.
 """
@@ -25,7 +27,7 @@ from docket.contract import (
     StaleCheckpoint,
 )
 from docket.contract.capabilities import Feature
-from docket.contract.protocols import ClaimedRuns
+from docket.contract.protocols import ClaimedRuns, ClaimedStarts
 from docket.core.advance import advance
 from docket.core.children import ParentLink
 from docket.core.moment import Moment
@@ -362,3 +364,45 @@ async def test_a_child_starts_once_in_its_parents_scope(docket_kit: Kit, owner: 
             f"latest event ({other_scope})",
         )
         k.eq(await _listed(k, other_scope, ident), [], f"not listed ({other_scope})")
+
+
+@invariant("CHILD-START-IDEMPOTENT")
+async def test_a_child_started_claimed_is_held_by_its_starter_and_starts_once(
+    docket_kit: Kit,
+) -> None:
+    k = docket_kit
+    _children(k)
+    starts = k.b.transitions
+    if not isinstance(starts, ClaimedStarts):  # the runtime then starts children unclaimed
+        pytest.skip("the backend does not declare the optional ClaimedStarts member")
+    fam = await family(k, TENANTLESS)
+    parked = await park(k, fam, k.t0)
+    ident = parked.child_id("right")
+    # the worker that parked the parent starts the child in the slot it freed, claimed
+    first, started = child_start(fam, parked, "right", k.at(1))
+    result = await starts.initialize_claimed(TENANTLESS, first, started.events, "tok-starter")
+    k.eq(k.isa(result, Run, "the child's claimed start"), started.run, "the started child")
+    info = await k.info(TENANTLESS, ident)
+    k.eq((info.claimed_at, info.wake_at), (first.wake_at, None), "held by its starter")
+    before = await k.snapshot(TENANTLESS, ident)
+
+    second, other = child_start(fam, parked, "right", k.at(2))
+    k.isa(
+        await starts.initialize_claimed(TENANTLESS, second, other.events, "tok-second"),
+        Conflict,
+        "a second worker's claimed start",
+    )
+    k.isa(
+        await k.b.transitions.initialize(TENANTLESS, second, other.events),
+        Conflict,
+        "a second worker's plain start",
+    )
+    await k.unchanged(TENANTLESS, ident, before, "after the second starts")
+    replay = await starts.initialize_claimed(TENANTLESS, first, started.events, "tok-starter")
+    k.eq(k.isa(replay, Run, "the claimed start re-sent"), started.run, "a re-sent start")
+    await k.unchanged(TENANTLESS, ident, before, "after the re-sent start")
+    k.isa(
+        await k.b.runs.refresh_claim(TENANTLESS, ident, "tok-second", k.at(3)),
+        ClaimLost,
+        "the second worker holds nothing",
+    )
