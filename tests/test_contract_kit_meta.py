@@ -113,6 +113,36 @@ def test_a_reopen_that_is_never_due_is_caught() -> None:
     assert "[T-REOPEN-1]" in done.stdout and "OPERATIONAL-TUPLE-AUDIT" in done.stdout
 
 
+def test_a_store_that_loses_a_parked_childs_task_fields_is_caught() -> None:
+    done = _run(
+        "-m",
+        "pytest",
+        "--pyargs",
+        "docket_contract_tests",
+        "--docket-backend-factory",
+        "docket_contract_tests.mutants_children:drops_task_metadata",
+        "--docket-invariant",
+        "CHILD-PARK-ROUNDTRIP",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[CHILD-PARK-ROUNDTRIP] fetch_run: the parked parent" in done.stdout
+    assert "child_runs: declared, FAILED by CHILD-PARK-ROUNDTRIP" in done.stdout
+
+
+def test_every_child_mutant_is_a_negative_control() -> None:
+    from docket_contract_tests.mutants_children import CHILD_MUTANTS
+    from docket_contract_tests.negative import _registry
+
+    assert len(CHILD_MUTANTS) >= 4
+    assert set(CHILD_MUTANTS) <= set(_registry())
+    assert all(
+        m.catches and all(c.startswith("CHILD-") for c in m.catches) for m in CHILD_MUTANTS.values()
+    )
+
+
 def test_the_summary_says_which_features_were_declared_and_how_they_went() -> None:
     features = "FEATURE-PRUNE,FEATURE-DURABLE-REOPEN,FEATURE-DURABLE-FSYNC"
     common = ["--docket-invariant", features, "-q", "-p", "no:cacheprovider"]

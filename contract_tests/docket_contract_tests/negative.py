@@ -1,5 +1,5 @@
-"""Negative controls: prove the kit catches every mutant in :mod:`.mutants` and
-:mod:`.mutants_promises`.
+"""Negative controls: prove the kit catches every mutant in :mod:`.mutants`,
+:mod:`.mutants_promises` and :mod:`.mutants_children`.
 
 ``python -m docket_contract_tests.negative`` runs the whole kit (in-process
 ``pytest.main``) against the ``control`` copy of the reference backend, which must pass,
@@ -99,9 +99,10 @@ def _run_mutant(job: tuple[str, int]) -> Outcome:
 def _registry() -> dict[str, Any]:
     """Every mutant class by factory name; its factory lives in the class's module."""
     from docket_contract_tests.mutants import MUTANTS
+    from docket_contract_tests.mutants_children import CHILD_MUTANTS
     from docket_contract_tests.mutants_promises import PROMISE_MUTANTS
 
-    return {**MUTANTS, **PROMISE_MUTANTS}
+    return {**MUTANTS, **PROMISE_MUTANTS, **CHILD_MUTANTS}
 
 
 def _caught(name: str, outcome: Outcome) -> bool:
