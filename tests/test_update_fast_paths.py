@@ -174,3 +174,47 @@ def test_numbers_in_bounds_are_not_rendered(monkeypatch: pytest.MonkeyPatch) -> 
 )
 def test_broken_bounds_read_as_before(schema: Any, value: Any, reasons: list[str]) -> None:
     assert validate(schema, value) == reasons
+
+
+def test_lists_of_plain_scalars_are_checked_without_a_walk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[object] = []
+    real = schema_module._add_problems
+
+    def counting(schema: object, value: Any, loc: str, out: list[str]) -> None:
+        calls.append(value)
+        real(schema, value, loc, out)
+
+    monkeypatch.setattr(schema_module, "_add_problems", counting)
+    assert validate(S.list(S.integer()), list(range(32))) == []
+    assert validate(S.list(S.float()), [0.5, 1, None]) == []
+    assert validate(S.list(S.string()), ["a", "b"]) == []
+    assert len(calls) == 3  # each list once, none of its elements
+
+
+item_schemas = st.sampled_from(
+    [
+        S.integer(),
+        S.integer(required=True),
+        S.integer(min=0),
+        S.float(),
+        S.float(required=True),
+        S.string(),
+        S.string(max_length=1),
+        S.boolean(),
+        S.boolean(required=True),
+        S.list(S.integer()),
+    ]
+)
+elements = (
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3) | odd_leaves
+)
+
+
+@given(item_schemas, st.lists(elements, max_size=6))
+def test_list_items_read_as_each_element_checked_alone(schema: Any, value: list[Any]) -> None:
+    want: list[str] = []
+    for index, element in enumerate(value):
+        want += validate(schema, element, f"value[{index}]")
+    assert validate(S.list(schema), value) == want

@@ -500,6 +500,29 @@ def _shown(got: int | builtins.float, shown: str | None) -> str:
     return show(got) if shown is None else shown
 
 
+#: The exact element types an unconstrained scalar item schema takes without a problem.
+_PLAIN_ITEMS: Final[dict[SchemaType, frozenset[type]]] = {
+    SchemaType.STRING: frozenset({str}),
+    SchemaType.FLOAT: frozenset({int, builtins.float}),
+    SchemaType.INTEGER: frozenset({int}),
+    SchemaType.BOOLEAN: frozenset({bool}),
+}
+
+
+def _plain_items(item: object, value: list[JSONValue]) -> bool:
+    """Every element of ``value`` passes ``item`` with nothing to report (an unconstrained
+    scalar schema, elements of its exact types, ``None`` unless required): the per-element
+    walk, a location string each, is then skipped. Anything else takes the walk."""
+    if not isinstance(item, Schema) or item.constraints or item.type.__class__ is not SchemaType:
+        return False
+    accepted = _PLAIN_ITEMS.get(item.type)
+    if accepted is None:
+        return False
+    if item.required:
+        return all(type(element) in accepted for element in value)
+    return all(element is None or type(element) in accepted for element in value)
+
+
 def _add_problems(schema: object, value: JSONValue, loc: str, out: list[str]) -> None:
     if not isinstance(schema, Schema):
         out.append(f"{loc} cannot be checked: the schema is not a Schema")
@@ -542,7 +565,7 @@ def _add_problems(schema: object, value: JSONValue, loc: str, out: list[str]) ->
                 out,
             )
     elif isinstance(value, list) and schema.type is SchemaType.LIST:
-        if schema.item is not None:
+        if schema.item is not None and not _plain_items(schema.item, value):
             for index, element in enumerate(value):
                 _add_problems(schema.item, element, f"{loc}[{index}]", out)
         n = len(value)
