@@ -19,7 +19,7 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 import orjson
 from typing_extensions import TypeAliasType
@@ -219,12 +219,24 @@ def ensure_durable(value: object, path: str = "$") -> JSONValue:
     return cast(JSONValue, value)  # checked structurally just above
 
 
+#: Exact types whose every value is durable (subclasses, enums included, are not here).
+_EXACT_SCALARS: frozenset[type] = frozenset({str, bool, int, type(None)})
+
+
+def _plain_leaf(value: object) -> TypeGuard[str | int | float | None]:
+    """An exact str, bool, int, None or finite float: coerce_durable keeps it as it is."""
+    cls = type(value)
+    return cls in _EXACT_SCALARS or (cls is float and math.isfinite(cast(float, value)))
+
+
 def coerce_durable(value: object, path: str = "$", _depth: int = 0) -> JSONValue:
     """Coerce the Python analogues of durable values, then validate.
 
     ``str``-valued enum members become their value (keys too); everything else must
     already be durable. Key collisions after coercion are rejected.
     """
+    if _plain_leaf(value):
+        return value  # the usual leaf: durable as it is, nothing to coerce or walk
     if isinstance(value, enum.Enum):
         if isinstance(value.value, str):
             return value.value
@@ -232,7 +244,11 @@ def coerce_durable(value: object, path: str = "$", _depth: int = 0) -> JSONValue
     if _depth >= MAX_DEPTH and isinstance(value, list | Mapping):
         raise NonDurableValue([f"{path}: lists and objects nest deeper than {MAX_DEPTH} levels"])
     if isinstance(value, list):
-        return [coerce_durable(item, f"{path}[{i}]", _depth + 1) for i, item in enumerate(value)]
+        # Usual leaves are kept without a call or a path: a list of numbers is common state.
+        return [
+            item if _plain_leaf(item) else coerce_durable(item, f"{path}[{i}]", _depth + 1)
+            for i, item in enumerate(value)
+        ]
     if isinstance(value, Mapping):
         out: dict[str, JSONValue] = {}
         for key, item in value.items():

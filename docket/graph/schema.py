@@ -485,13 +485,42 @@ def _bounds(
     high: int | builtins.float | None,
     got: int | builtins.float,
     unit: str,
-    shown: str,
+    shown: str | None,
     out: list[str],
 ) -> None:
+    """``shown`` is ``got`` as a message prints it, ``None`` for ``show(got)``: rendered
+    only for a broken bound (show is json.dumps; every state write checks its numbers)."""
     if low is not None and got < low:
-        out.append(f"{loc} must be at least {show(low)}{unit}, got {shown}")
+        out.append(f"{loc} must be at least {show(low)}{unit}, got {_shown(got, shown)}")
     if high is not None and got > high:
-        out.append(f"{loc} must be at most {show(high)}{unit}, got {shown}")
+        out.append(f"{loc} must be at most {show(high)}{unit}, got {_shown(got, shown)}")
+
+
+def _shown(got: int | builtins.float, shown: str | None) -> str:
+    return show(got) if shown is None else shown
+
+
+#: The exact element types an unconstrained scalar item schema takes without a problem.
+_PLAIN_ITEMS: Final[dict[SchemaType, frozenset[type]]] = {
+    SchemaType.STRING: frozenset({str}),
+    SchemaType.FLOAT: frozenset({int, builtins.float}),
+    SchemaType.INTEGER: frozenset({int}),
+    SchemaType.BOOLEAN: frozenset({bool}),
+}
+
+
+def _plain_items(item: object, value: list[JSONValue]) -> bool:
+    """Every element of ``value`` passes ``item`` with nothing to report (an unconstrained
+    scalar schema, elements of its exact types, ``None`` unless required): the per-element
+    walk, a location string each, is then skipped. Anything else takes the walk."""
+    if not isinstance(item, Schema) or item.constraints or item.type.__class__ is not SchemaType:
+        return False
+    accepted = _PLAIN_ITEMS.get(item.type)
+    if accepted is None:
+        return False
+    if item.required:
+        return all(type(element) in accepted for element in value)
+    return all(element is None or type(element) in accepted for element in value)
 
 
 def _add_problems(schema: object, value: JSONValue, loc: str, out: list[str]) -> None:
@@ -525,17 +554,18 @@ def _add_problems(schema: object, value: JSONValue, loc: str, out: list[str]) ->
                 out.append(f"{loc} must match pattern {show(pattern)}, got {show(value)}")
     elif _is_number(value) and schema.type in (SchemaType.FLOAT, SchemaType.INTEGER):
         low, high = c.get("min"), c.get("max")
-        _bounds(
-            loc,
-            low if _is_number(low) else None,
-            high if _is_number(high) else None,
-            value,
-            "",
-            show(value),
-            out,
-        )
+        if low is not None or high is not None:
+            _bounds(
+                loc,
+                low if _is_number(low) else None,
+                high if _is_number(high) else None,
+                value,
+                "",
+                None,
+                out,
+            )
     elif isinstance(value, list) and schema.type is SchemaType.LIST:
-        if schema.item is not None:
+        if schema.item is not None and not _plain_items(schema.item, value):
             for index, element in enumerate(value):
                 _add_problems(schema.item, element, f"{loc}[{index}]", out)
         n = len(value)
