@@ -29,13 +29,14 @@ The protocol (docs/guarantees.md, child runs), in the order things happen:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
-from docket.contract.errors import Conflict, NotFound, TransitionResult
+from docket.contract.errors import Conflict, NotFound, StaleCheckpoint, TransitionResult
 from docket.contract.proposals import Lease
 from docket.contract.protocols import Backend, ClaimedStarts
 from docket.core.children import (
@@ -54,7 +55,7 @@ from docket.core.moment import Moment, Terminated, Unchanged
 from docket.core.mutations import cancel_run
 from docket.core.outcomes import AwaitingChild, Completed, Failed, TaskOutcome, format_reason
 from docket.core.plan import Activation, Dispatch, HostLimits
-from docket.core.proposals import init_proposal
+from docket.core.proposals import init_proposal, unclaimed_proposal
 from docket.graph.children import ChildSpec
 from docket.graph.compiler import RuntimeGraph
 from docket.records import (
@@ -80,6 +81,13 @@ from docket.settings import Settings
 from docket.telemetry import Telemetry, stamp_logger
 
 __all__ = ["Children", "is_child_dispatch"]
+
+#: Longest a hand-off waits for a worker holding the parent to let go (then it commits
+#: anyway: the holder's attempt is lost and runs again, nothing is committed twice).
+_HOLDER_PATIENCE = 5.0
+#: Races a hand-off may lose to others committing the parent before leaving the rest to
+#: the parent's recheck (a map's children ending together race each other).
+_HAND_OFF_RACES = 12
 
 log = stamp_logger(logging.getLogger("docket.children"))
 
@@ -284,7 +292,9 @@ class Children:
             return failed("child_run_id_taken", f"run id {ident!r} is taken by another run")
         return failed("child_not_started", f"the store refused child run {ident!r}: {stored!r}")
 
-    def _tell(self, moment: Moment, owner: OwnerScope, operation: Literal["start"]) -> None:
+    def _tell(
+        self, moment: Moment, owner: OwnerScope, operation: Literal["start", "signal"]
+    ) -> None:
         checkpoint = moment.checkpoint()
         tenant = tenant_id_of(owner)
         if self._telemetry:
@@ -465,31 +475,49 @@ class Children:
             moment = deliver(rtg, run, outcome, now=now, ids=self._ids, limits=self._limits)
             return Unchanged(run) if moment is None else moment
 
-        for attempt in range(3):
-            result = await signal(
-                self._backend,
-                owner,
-                parent_id,
-                settle_child,
-                ids=self._ids,
-                policy=self._policy,
-                attempts=self._settings.signal_attempts,
-                observers=self._observers,
-                telemetry=self._telemetry,
-                clock=self._clock,
+        runs, transitions = self._backend.runs, self._backend.transitions
+        patience = min(self._settings.claim_ttl, _HOLDER_PATIENCE)
+        waited, pause, lost = 0.0, 0.02, 0
+        while lost < _HAND_OFF_RACES:
+            info = await runs.inspect_run(owner, parent_id)
+            if isinstance(info, NotFound):
+                return
+            run = info.run
+            if info.claimed_at is not None and waited < patience:
+                # A worker holds the parent (a sibling's retry, a recheck): committing now
+                # would revoke its claim and waste its attempt. It parks soon; wait for it.
+                await asyncio.sleep(pause)
+                waited, pause = waited + pause, min(pause * 2, 0.5)
+                continue
+            now = await self._clock()
+            step = settle_child(run, max(now, run.updated_at))
+            if isinstance(step, Unchanged):
+                return
+            if isinstance(step, CoreError):
+                log.warning("child %s cannot be handed to %s: %s", ident, parent_id, step)
+                return
+            proposal = unclaimed_proposal(step, transition_id=self._ids("transition"))
+            stored = await commit(
+                functools.partial(
+                    transitions.commit_unclaimed,
+                    owner,
+                    run.checkpoint_seq,
+                    proposal,
+                    step.events,
+                ),
+                self._policy,
+                what=f"hand-off of child {ident} to run {parent_id}",
             )
-            if isinstance(result, SignalResult):
-                if result.previous is not None:
-                    await self.after_commit(owner, result.previous, result.run, ended=ident)
+            if isinstance(stored, Run):
+                self._tell(step, owner, "signal")
+                await self.after_commit(owner, run, stored, ended=ident)
                 return
-            if isinstance(result, CoreError):
-                log.warning("child %s cannot be handed to %s: %s", ident, parent_id, result)
+            if not isinstance(stored, StaleCheckpoint):
+                log.warning("hand-off of child %s to %s refused: %r", ident, parent_id, stored)
                 return
-            if isinstance(result, NotFound):
-                return
-            # lost every race to siblings handing off at the same time: back off a little
-            # (the parent's recheck is the last resort)
-            await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+            # lost a race (a sibling's hand-off, a recheck): read and evaluate again
+            lost += 1
+            await asyncio.sleep(random.uniform(0.0, 0.01) * lost)
         log.info("hand-off of child %s to %s left to the parent's recheck", ident, parent_id)
 
 

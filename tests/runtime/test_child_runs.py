@@ -463,3 +463,61 @@ def test_a_worker_drains_the_child_it_started_in_the_parents_slot() -> None:
             assert done.output == {"result": 4}
 
     asyncio.run(scenario())
+
+
+def test_a_hand_off_waits_for_a_worker_holding_the_parent(monkeypatch: Any) -> None:
+    from datetime import timedelta
+
+    from docket.contract import ClaimPolicy, ClaimRefreshed
+    from docket.records import Tenantless
+    from docket.runtime import children as children_module
+
+    monkeypatch.setattr(children_module, "_HOLDER_PATIENCE", 120.0)  # never run out here
+
+    async def scenario() -> None:
+        docket, backend, clock = memory_docket(nodes=NODES, context={}, child_recheck=2.0)
+        async with docket:
+            await docket.save_graph(CHILD)
+            ref = await docket.save_graph(parent())
+            await docket.start_run(ref, {"n": 3}, run_id="p")
+            helper = docket._drainer._children
+            original = type(helper).hand_off
+
+            async def no_hand_off(self: object, owner: object, child: Run) -> None:
+                return None
+
+            type(helper).hand_off = no_hand_off  # type: ignore[method-assign]
+            try:
+                await docket.drain_due()  # the child ends; its hand-off is held back
+            finally:
+                type(helper).hand_off = original  # type: ignore[method-assign]
+            child = await docket.fetch_run("p:0:call:1@1")
+            assert child.status is RunStatus.DONE
+            clock.set(later(clock, 2.5))  # the parent's recheck is due: a worker claims it
+            batch = await backend.runs.claim_due(
+                ClaimPolicy(limit=1, orphan_ttl=timedelta(seconds=30), max_claim_attempts=5)
+            )
+            (lease,) = batch.leases  # type: ignore[union-attr]
+            owner = Tenantless()
+            polls = 0
+            inspect = backend.runs.inspect_run
+
+            async def counted(*args: Any) -> Any:
+                nonlocal polls
+                polls += 1
+                return await inspect(*args)
+
+            monkeypatch.setattr(backend.runs, "inspect_run", counted)
+            handing = asyncio.ensure_future(helper.hand_off(owner, child))
+            while polls < 2 and not handing.done():  # looked at the parent, found it held
+                await asyncio.sleep(0.01)
+            # the holder still has its claim: the hand-off did not revoke it
+            refreshed = await backend.runs.refresh_claim(owner, "p", lease.claim_token)
+            assert isinstance(refreshed, ClaimRefreshed)
+            assert not handing.done()
+            await backend.runs.release_claim(owner, "p", lease.claim_token)
+            await asyncio.wait_for(handing, timeout=60)
+            handed = await docket.fetch_run("p")
+            assert handed.step == 1 and not handed.active_tasks  # the barrier committed
+
+    asyncio.run(scenario())
