@@ -392,14 +392,22 @@ def save_graphs(docket: SyncDocket) -> GraphRef:
 
 
 def record_commit(checkpoint: Checkpoint, context: CommitContext) -> None:
-    # ``commit``: a claimed drain's moment; ``signal``: a commit with no claim, which in a
-    # worker is a child's hand-off to its parent (it revokes any claim on the parent)
-    kind = {"moment": "commit", "signal": "signal"}.get(context.operation)
-    if kind is not None:
+    if context.operation == "moment":
         worker = os.environ.get("DOCKET_CHAOS_WORKER", "local")
         _append(
-            "commits", f"{kind} {checkpoint.run.id} {checkpoint.seq} {worker} {time.time():.6f}"
+            "commits", f"commit {checkpoint.run.id} {checkpoint.seq} {worker} {time.time():.6f}"
         )
+
+
+def record_signal(event: TelemetryEvent) -> None:
+    """A commit with no claim, which in a worker is a child's hand-off to its parent (it
+    revokes any claim on the parent). Logged from telemetry, which runs inline after the
+    commit: an observer runs in a task of its own, which a kill right after the commit
+    may never run, and the re-execution the hand-off caused would look unexplained."""
+    if event.metadata.get("operation") == "signal":
+        worker = os.environ.get("DOCKET_CHAOS_WORKER", "local")
+        run_id, seq = event.metadata.get("run_id"), event.metadata.get("checkpoint_seq")
+        _append("commits", f"signal {run_id} {seq} {worker} {time.time():.6f}")
 
 
 #: how a drain ends when its claim was taken from it (its work is dropped and done again)
@@ -431,4 +439,5 @@ def create() -> Docket:
         child_recheck_cap=CHILD_RECHECK_CAP,
     )
     docket.telemetry.attach(record_drain, names=["docket.run.drain.stop"])
+    docket.telemetry.attach(record_signal, names=["docket.checkpoint.committed"])
     return docket
