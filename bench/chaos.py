@@ -38,9 +38,10 @@ the workers drain what is left, are stopped with SIGTERM, and the harness checks
   every completed task of the event history among them, and a task attempt executed
   more than once only where a kill or a database restart explains it — each execution
   but the last was by a worker killed afterwards, or ran within ``claim_ttl + 2 s`` of a
-  restart window — or a child's hand-off: it commits the parent without a claim, which
-  revokes the claim of a drain executing a sibling task, so that task runs again (counted
-  apart; a hand-off of the run between the execution and the next one);
+  restart window — or, each counted apart, the execution's drain (as its worker logged
+  it) ended with its claim taken: by a child's hand-off (it commits the parent without a
+  claim, which revokes the claim of a drain executing a sibling task) when one of the run
+  was logged during that drain, else by the claim expiring under a stalled live worker;
 * no worker process died on its own, and each stopped cleanly (exit 0) at the end.
 
 The last line is ``chaos: backend=<name> runs=R completed=C lost=L duplicate_commits=D
@@ -58,7 +59,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import logging
 import os
 import random
@@ -88,7 +88,8 @@ from docket.records import InterruptStatus, RunStatus  # noqa: E402
 
 APP = "bench.chaos_app:create"
 RESTART_SLACK = 2.0  # seconds, on top of the claim TTL, around a restart window
-HANDOFF_SLACK = 0.5  # seconds: a hand-off's observer may log it after the re-execution began
+HANDOFF_SLACK = 0.5  # seconds: a hand-off may be logged just after the drain it revoked ended
+DRAIN_SLACK = 0.05  # seconds: a drain's span (monotonic) placed on the wall clock
 
 
 # -- the store ----------------------------------------------------------------------------------
@@ -597,10 +598,11 @@ def check_side_log(
     for line in read_lines(directory, "commits"):
         if line[0] == "signal":
             handoffs[line[1]].append(float(line[4]))
-    # lost <run> <outcome> <worker> <time>: a live worker's drain whose claim was taken
-    lost: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for _, run, _outcome, name, when in read_lines(directory, "lost"):
-        lost[(run, name)].append(float(when))
+    # lost <run> <outcome> <worker> <began> <ended>: a live worker's drain whose claim was
+    # taken from it, so the work it executed was dropped
+    lost: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for _, run, _outcome, name, began, ended in read_lines(directory, "lost"):
+        lost[(run, name)].append((float(began) - DRAIN_SLACK, float(ended) + DRAIN_SLACK))
     slack = args.claim_ttl + RESTART_SLACK
     reexecuted = unexplained = by_handoff = by_expiry = 0
     for (run, task, attempt), runs in executions.items():
@@ -609,23 +611,23 @@ def check_side_log(
         if len(runs) <= allowed:
             continue
         reexecuted += 1
-        ordered = sorted(runs)
         handed_off = expired = False
-        for (at, worker), (again, _) in itertools.pairwise(ordered[: len(runs) - allowed + 1]):
+        for at, worker in sorted(runs)[: len(runs) - allowed]:
             killed_at = workers.killed.get(worker)
             by_kill = killed_at is not None and killed_at >= at
             by_restart = any(began - slack <= at <= ended + slack for began, ended in restarts)
             if by_kill or by_restart:
                 continue
-            # a hand-off commits the parent without a claim, revoking the claim of a drain
-            # executing a sibling task: that drain's results are dropped and run again
-            if any(at <= h <= again + HANDOFF_SLACK for h in handoffs[run]):
-                handed_off = True
-                continue
-            # the claim expired under a live worker (its heartbeat stalled past claim_ttl on
-            # a loaded machine) and another worker took the run over: the lease at work
-            if any(at <= t for t in lost[(run, worker)]):
-                expired = True
+            # the execution's drain lost its claim, and its results were dropped: either a
+            # child's hand-off (a commit without a claim) revoked it while the drain ran a
+            # sibling task, or it expired under a live worker whose heartbeat stalled past
+            # claim_ttl on a loaded machine and another worker took the run over
+            drains = [(b, e) for b, e in lost[(run, worker)] if b <= at <= e]
+            if drains:
+                if any(at <= h <= e + HANDOFF_SLACK for _, e in drains for h in handoffs[run]):
+                    handed_off = True
+                else:
+                    expired = True
                 continue
             unexplained += 1
             verdict.problem(

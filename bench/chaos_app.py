@@ -11,8 +11,8 @@ the environment the harness sets for each process:
   ``commit <run> <checkpoint seq> <worker> <unix time>`` to ``commits-<worker>.log``
   (``signal …`` for a commit without a claim: a child's hand-off to its parent), and
   every drain that ends with its claim taken from it (``claim_lost``, ``discarded``,
-  ``fence_lost``) appends ``lost <run> <outcome> <worker> <unix time>`` to
-  ``lost-<worker>.log``;
+  ``fence_lost``) appends ``lost <run> <outcome> <worker> <began> <ended>`` (unix times
+  of the drain) to ``lost-<worker>.log``;
 * ``DOCKET_CHAOS_WORKER`` — this process's name in those logs (``w0``, ``w1``, …);
 * ``DOCKET_CHAOS_TTL`` / ``DOCKET_CHAOS_POLL`` — claim TTL and poll interval;
 * ``DOCKET_CHAOS_SABOTAGE`` — comma-separated faults for the harness's own negative
@@ -419,7 +419,9 @@ def record_drain(event: TelemetryEvent) -> None:
     if event.phase == "stop" and outcome in LOST_CLAIM:
         worker = os.environ.get("DOCKET_CHAOS_WORKER", "local")
         run_id = event.metadata.get("run_id")
-        _append("lost", f"lost {run_id} {outcome} {worker} {time.time():.6f}")
+        ended = time.time()
+        began = ended - float(event.measurements.get("duration", 0.0))
+        _append("lost", f"lost {run_id} {outcome} {worker} {began:.6f} {ended:.6f}")
 
 
 def create() -> Docket:

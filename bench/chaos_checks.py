@@ -133,7 +133,9 @@ def _asked(parents: dict[str, Record], verdict: Verdict) -> dict[Key, list[str]]
             if event.type is not EventType.CHILD_STARTED or event.task_id is None:
                 continue
             attempt, ident = event.payload.get("attempt"), event.payload.get("child_run_id")
-            assert isinstance(attempt, int) and isinstance(ident, str)
+            if not (isinstance(attempt, int) and isinstance(ident, str)):
+                verdict.problem(f"{run_id}: child_started payload {event.payload}")
+                continue
             asked[(run_id, event.task_id, attempt)].append(ident)
             started[(event.task_id.rsplit(":", 1)[1], attempt)] += 1
         run = record.run
