@@ -37,11 +37,12 @@ the workers drain what is left, are stopped with SIGTERM, and the harness checks
 * from the side log (one line per node execution): every task of every run executed,
   every completed task of the event history among them, and a task attempt executed
   more than once only where a kill or a database restart explains it — each execution
-  but the last was by a worker killed afterwards, or ran within ``claim_ttl + 2 s`` of a
-  restart window — or, each counted apart, the execution's drain (as its worker logged
-  it) ended with its claim taken: by a child's hand-off (it commits the parent without a
-  claim, which revokes the claim of a drain executing a sibling task) when one of the run
-  was logged during that drain, else by the claim expiring under a stalled live worker;
+  but the one whose result was kept was by a worker killed afterwards, or ran within
+  ``claim_ttl + 2 s`` of a restart window — or, each counted apart, the execution's
+  drain (as its worker logged it) ended with its claim taken: by a child's hand-off (it
+  commits the parent without a claim, which revokes the claim of a drain executing a
+  sibling task) when one of the run was logged during that drain, else by the claim
+  expiring under a stalled live worker;
 * no worker process died on its own, and each stopped cleanly (exit 0) at the end.
 
 The last line is ``chaos: backend=<name> runs=R completed=C lost=L duplicate_commits=D
@@ -604,6 +605,23 @@ def check_side_log(
     for _, run, _outcome, name, began, ended in read_lines(directory, "lost"):
         lost[(run, name)].append((float(began) - DRAIN_SLACK, float(ended) + DRAIN_SLACK))
     slack = args.claim_ttl + RESTART_SLACK
+
+    def cause(run: str, at: float, worker: str) -> str | None:
+        """Why this execution's results may have been dropped (``None``: no reason)."""
+        killed_at = workers.killed.get(worker)
+        if killed_at is not None and killed_at >= at:
+            return "kill"
+        if any(began - slack <= at <= ended + slack for began, ended in restarts):
+            return "restart"
+        # the execution's drain lost its claim and its results were dropped: a child's
+        # hand-off (a commit without a claim) revoked it while the drain ran a sibling
+        # task, or it expired under a live worker whose heartbeat stalled past claim_ttl
+        # on a loaded machine and another worker took the run over
+        drains = [(b, e) for b, e in lost[(run, worker)] if b <= at <= e]
+        if any(b <= h <= e + HANDOFF_SLACK for b, e in drains for h in handoffs[run]):
+            return "handoff"
+        return "expiry" if drains else None
+
     reexecuted = unexplained = by_handoff = by_expiry = 0
     for (run, task, attempt), runs in executions.items():
         # a retried run runs its fixed task's attempt again: the last executions are legit
@@ -611,31 +629,18 @@ def check_side_log(
         if len(runs) <= allowed:
             continue
         reexecuted += 1
-        handed_off = expired = False
-        for at, worker in sorted(runs)[: len(runs) - allowed]:
-            killed_at = workers.killed.get(worker)
-            by_kill = killed_at is not None and killed_at >= at
-            by_restart = any(began - slack <= at <= ended + slack for began, ended in restarts)
-            if by_kill or by_restart:
-                continue
-            # the execution's drain lost its claim, and its results were dropped: either a
-            # child's hand-off (a commit without a claim) revoked it while the drain ran a
-            # sibling task, or it expired under a live worker whose heartbeat stalled past
-            # claim_ttl on a loaded machine and another worker took the run over
-            drains = [(b, e) for b, e in lost[(run, worker)] if b <= at <= e]
-            if drains:
-                if any(at <= h <= e + HANDOFF_SLACK for _, e in drains for h in handoffs[run]):
-                    handed_off = True
-                else:
-                    expired = True
-                continue
+        causes = [(at, worker, cause(run, at, worker)) for at, worker in sorted(runs)]
+        by_handoff += any(why == "handoff" for _, _, why in causes)
+        by_expiry += any(why == "expiry" for _, _, why in causes)
+        # the executions whose results were kept need no reason, at most ``allowed`` of
+        # them, and not always the last: a revoked drain may execute after the new holder
+        bare = [(at, worker) for at, worker, why in causes if why is None]
+        for at, worker in bare[: max(len(bare) - allowed, 0)]:
             unexplained += 1
             verdict.problem(
                 f"{task} attempt {attempt}: executed by {worker} at {at:.3f} and again, "
                 "with no kill or restart to explain it (nor a child's hand-off)"
             )
-        by_handoff += handed_off
-        by_expiry += expired
     print(
         f"chaos: task attempts executed more than once: {reexecuted} (of them after a "
         f"child's hand-off revoked the drain: {by_handoff}, after a live worker's claim "
