@@ -17,26 +17,37 @@ every reply, restarted with SIGKILL).
 The campaign starts ``--workers`` ``docket worker --app bench.chaos_app:create``
 processes and submits ``--runs`` runs of the graph in :mod:`bench.chaos_app` (a chain, a
 fan-out with a fan-in barrier, a node that fails its first attempt and is retried after a
-backoff timer, an interrupt this harness answers). Submissions are spread over the kill
-phase; every ``--kill-interval`` seconds a random worker gets SIGKILL and a fresh one is
-started in its place, until at least ``--min-kills`` kills happened and every run is
-submitted; ``--restart-db`` restarts of the server are spread over the same phase. Then
+backoff timer, an interrupt this harness answers, a map over a list whose length depends
+on the input, a child run, and a map of child runs, one per item). Submissions are spread
+over the kill phase; every ``--kill-interval`` seconds a random worker gets SIGKILL and a
+fresh one is started in its place, until at least ``--min-kills`` kills happened and every
+run is submitted; ``--restart-db`` restarts of the server are spread over the same phase. Then
 the workers drain what is left, are stopped with SIGTERM, and the harness checks:
 
 * from the store (the facade's reads, plus one raw count per backend): every run is done
   with the output computed from its input; its event sequences are 1..event_seq and its
   ``checkpoint_committed`` marks exactly 1..checkpoint_seq (no gap, none twice); it holds
   no claim and is not poisoned; the store recorded one transition per checkpoint;
+* the child runs (:mod:`bench.chaos_checks`): each answers exactly one ``child_started``
+  event of its parent (no orphan), every child a parent asked for ran, a done parent asked
+  for exactly the expected children (one per attempt of each child node) and its fields
+  written by child nodes hold each child's result exactly once, in item order; each child's
+  own record is checked like a parent's;
 * from the workers' commit logs: no ``(run, checkpoint seq)`` committed by two writers;
 * from the side log (one line per node execution): every task of every run executed,
   every completed task of the event history among them, and a task attempt executed
   more than once only where a kill or a database restart explains it — each execution
-  but the last was by a worker killed afterwards, or ran within ``claim_ttl + 2 s`` of a
-  restart window;
+  but the one whose result was kept was by a worker killed afterwards, or ran within
+  ``claim_ttl + 2 s`` of a restart window — or, each counted apart, the execution's
+  drain (as its worker logged it) ended with its claim taken: by a child's hand-off (it
+  commits the parent without a claim, which revokes the claim of a drain executing a
+  sibling task) when one of the run was logged during that drain, else by the claim
+  expiring under a stalled live worker;
 * no worker process died on its own, and each stopped cleanly (exit 0) at the end.
 
 The last line is ``chaos: backend=<name> runs=R completed=C lost=L duplicate_commits=D
-gaps=G wrong_outputs=W kills=K db_restarts=N``; the exit status is 1 on any violation.
+gaps=G wrong_outputs=W children=K orphans=O missing_children=M child_outputs_wrong=X
+kills=K db_restarts=N``; the exit status is 1 on any violation.
 
 ``--measure-recovery M`` measures the recovery bound instead: M times, a victim worker
 hangs in its node executions (keeping its claims alive with heartbeats), is killed at a
@@ -71,12 +82,15 @@ if str(ROOT) not in sys.path:  # run as ``python bench/chaos.py``
     sys.path.insert(0, str(ROOT))
 
 from bench import chaos_app  # noqa: E402
+from bench.chaos_checks import Record, Verdict, check_children, check_record, n_of  # noqa: E402
 from docket import SyncDocket  # noqa: E402
 from docket.errors import AlreadyResolved, Conflict, InactiveRun, NotRetryable  # noqa: E402
 from docket.records import InterruptStatus, RunStatus  # noqa: E402
 
 APP = "bench.chaos_app:create"
 RESTART_SLACK = 2.0  # seconds, on top of the claim TTL, around a restart window
+HANDOFF_SLACK = 0.5  # seconds: a hand-off may be logged just after the drain it revoked ended
+DRAIN_SLACK = 0.05  # seconds: a drain's span (monotonic) placed on the wall clock
 
 
 # -- the store ----------------------------------------------------------------------------------
@@ -292,10 +306,6 @@ def run_id_of(index: int) -> str:
     return f"chaos-{index:05}"
 
 
-def n_of(run_id: str) -> int:
-    return int(run_id.rsplit("-", 1)[1])
-
-
 class Driver:
     """Submits runs, answers their interrupts and retries the runs that fail on purpose
     (after fixing them), tolerating a store that is away."""
@@ -347,7 +357,7 @@ class Driver:
         before = None
         try:
             while True:
-                page = self.docket.list_runs(limit=1000, before=before)
+                page = self.docket.list_runs(limit=1000, before=before, graph_id=chaos_app.GRAPH.id)
                 out.update({summary.id: summary.status for summary in page.runs})
                 if not page.has_more:
                     return out
@@ -380,27 +390,15 @@ class Driver:
 # -- the campaign ---------------------------------------------------------------------------------
 
 
-@attrs.define
-class Verdict:
-    completed: int = 0
-    lost: int = 0
-    duplicate_commits: int = 0
-    gaps: int = 0
-    wrong_outputs: int = 0
-    problems: list[str] = attrs.field(factory=list)
-
-    def problem(self, text: str) -> None:
-        if len(self.problems) < 30:
-            self.problems.append(text)
-
-
 def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
     rng = random.Random(args.seed)
     workers = Workers(store.url, directory, args.claim_ttl, args.poll, args.concurrency)
     restarts: list[tuple[float, float]] = []
     started = time.monotonic()
     with SyncDocket(store.url, nodes=chaos_app.NODES) as docket:
-        driver = Driver(docket, docket.save_graph(chaos_app.GRAPH), directory)
+        driver = Driver(docket, chaos_app.save_graphs(docket), directory)
+        if "orphan_child" in chaos_app.sabotage():
+            start_orphan(docket)
         try:
             names = [workers.spawn() for _ in range(args.workers)]
             workers.wait_ready(names)
@@ -476,6 +474,9 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         f"chaos: backend={store.name} runs={args.runs} completed={verdict.completed} "
         f"lost={verdict.lost} duplicate_commits={verdict.duplicate_commits} "
         f"gaps={verdict.gaps} wrong_outputs={verdict.wrong_outputs} "
+        f"children={verdict.children} orphans={verdict.orphans} "
+        f"missing_children={verdict.missing_children} "
+        f"child_outputs_wrong={verdict.child_outputs_wrong} "
         f"kills={len(workers.killed)} db_restarts={len(restarts)}"
     )
     failed = (
@@ -498,62 +499,31 @@ def verify(
     restarts: list[tuple[float, float]],
 ) -> Verdict:
     verdict = Verdict()
-    run_ids = [run_id_of(index) for index in range(args.runs)]
-    completed_tasks: dict[str, set[str]] = defaultdict(set)
-    checkpoints: dict[str, int] = {}
-    from docket.errors import NotFound
-    from docket.records import EventType
-
-    for run_id in run_ids:
-        try:
-            info = docket.inspect_run(run_id)
-        except NotFound:
+    parents: dict[str, Record] = {}
+    for run_id in (run_id_of(index) for index in range(args.runs)):
+        record = check_record(docket, run_id, verdict)
+        if record is None:
             verdict.lost += 1
             verdict.problem(f"{run_id}: not found")
             continue
-        run = info.run
-        checkpoints[run_id] = run.checkpoint_seq
+        parents[run_id] = record
+        run = record.run
         if run.status is not RunStatus.DONE:
             verdict.lost += 1
-            verdict.problem(f"{run_id}: {run.status} (poisoned: {info.poison_reason})")
+            verdict.problem(f"{run_id}: {run.status}")
         else:
             verdict.completed += 1
             if run.output != chaos_app.expected_output(n_of(run_id)):
                 verdict.wrong_outputs += 1
                 verdict.problem(f"{run_id}: output {run.output}")
-        if info.claimed_at is not None:
-            verdict.problem(f"{run_id}: still claimed at {info.claimed_at}")
-        if info.poisoned:
-            verdict.problem(f"{run_id}: poisoned ({info.poison_reason})")
-        events = docket.history(run_id)
-        seqs = [event.seq for event in events]
-        marks = [
-            int(str(event.metadata["checkpoint_seq"]))
-            for event in events
-            if event.type is EventType.CHECKPOINT_COMMITTED
-        ]
-        if seqs != list(range(1, run.event_seq + 1)):
-            verdict.gaps += 1
-            verdict.problem(f"{run_id}: event sequences {seqs[:5]}… of {run.event_seq}")
-        elif sorted(set(marks)) != list(range(1, run.checkpoint_seq + 1)):
-            verdict.gaps += 1
-            verdict.problem(f"{run_id}: checkpoint marks {marks} of {run.checkpoint_seq}")
-        if len(marks) != len(set(marks)):
-            verdict.duplicate_commits += 1
-            verdict.problem(f"{run_id}: checkpoint marks {marks}")
-        for event in events:
-            # a map over an empty list completes with no task run (payload items: 0)
-            if (
-                event.type is EventType.NODE_COMPLETED
-                and event.task_id is not None
-                and event.payload.get("items") != 0
-            ):
-                completed_tasks[run_id].add(event.task_id)
+    children = check_children(docket, parents, verdict)
+    records = {**parents, **children}
 
     # one recorded transition per checkpoint, counted in the store itself
     if store.raw_transitions is not None:
-        recorded = store.raw_transitions(run_ids)
-        for run_id, seq in checkpoints.items():
+        recorded = store.raw_transitions(sorted(records))
+        for run_id, record in records.items():
+            seq = record.run.checkpoint_seq
             if recorded.get(run_id, 0) != seq:
                 verdict.duplicate_commits += recorded.get(run_id, 0) > seq
                 verdict.gaps += recorded.get(run_id, 0) < seq
@@ -566,14 +536,41 @@ def verify(
         verdict.duplicate_commits += len({run_id for run_id, _ in twice})
         verdict.problem(f"committed twice per the worker logs: {twice[:5]}")
 
-    check_side_log(args, directory, run_ids, completed_tasks, workers, restarts, verdict)
+    expected = {
+        run_id: chaos_app.expected_tasks(n_of(run_id)) if run_id in parents else chaos_app.KID_TASKS
+        for run_id in records
+    }
+    # a child node's task runs no code: its child run's execution is checked instead
+    completed = {
+        run_id: {
+            task
+            for task in record.completed_tasks()
+            if task.rsplit(":", 1)[1].split("[", 1)[0] not in chaos_app.CHILD_NODES
+        }
+        for run_id, record in records.items()
+    }
+    check_side_log(args, directory, expected, completed, workers, restarts, verdict)
     return verdict
+
+
+def start_orphan(docket: SyncDocket) -> None:
+    """The ``orphan_child`` sabotage: a run naming ``chaos-00002`` as its parent, which
+    no ``child_started`` event of that parent asked for."""
+    from docket.records import PARENT_KEY
+
+    link = {"run_id": run_id_of(2), "task_id": f"{run_id_of(2)}:2:k", "node_id": "k", "attempt": 1}
+    docket.start_run(
+        docket.save_graph(chaos_app.KID_GRAPH),
+        {"x": 2},
+        run_id=f"{run_id_of(2)}:2:k:1@99",
+        metadata={PARENT_KEY: link},
+    )
 
 
 def check_side_log(
     args: argparse.Namespace,
     directory: Path,
-    run_ids: list[str],
+    expected: dict[str, dict[tuple[str, int], int]],
     completed_tasks: dict[str, set[str]],
     workers: Workers,
     restarts: list[tuple[float, float]],
@@ -590,33 +587,64 @@ def check_side_log(
     for run, task_id, attempt_no in executions:
         per_run[run][(task_id.rsplit(":", 1)[1], attempt_no)] += 1
         executed[run].add(task_id)
-    for run_id in run_ids:
-        if per_run[run_id] != Counter(chaos_app.expected_tasks(n_of(run_id))):
+    for run_id, tasks in expected.items():
+        if per_run[run_id] != Counter(tasks):
             verdict.problem(f"{run_id}: executed tasks {dict(per_run[run_id])}")
         missing = completed_tasks.get(run_id, set()) - executed[run_id]
         if missing:
             verdict.problem(f"{run_id}: completed without an execution: {sorted(missing)}")
 
+    # signal <run> <checkpoint seq> <worker> <time>: a child's hand-off to its parent
+    handoffs: dict[str, list[float]] = defaultdict(list)
+    for line in read_lines(directory, "commits"):
+        if line[0] == "signal":
+            handoffs[line[1]].append(float(line[4]))
+    # lost <run> <outcome> <worker> <began> <ended>: a live worker's drain whose claim was
+    # taken from it, so the work it executed was dropped
+    lost: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for _, run, _outcome, name, began, ended in read_lines(directory, "lost"):
+        lost[(run, name)].append((float(began) - DRAIN_SLACK, float(ended) + DRAIN_SLACK))
     slack = args.claim_ttl + RESTART_SLACK
-    reexecuted = unexplained = 0
+
+    def cause(run: str, at: float, worker: str) -> str | None:
+        """Why this execution's results may have been dropped (``None``: no reason)."""
+        killed_at = workers.killed.get(worker)
+        if killed_at is not None and killed_at >= at:
+            return "kill"
+        if any(began - slack <= at <= ended + slack for began, ended in restarts):
+            return "restart"
+        # the execution's drain lost its claim and its results were dropped: a child's
+        # hand-off (a commit without a claim) revoked it while the drain ran a sibling
+        # task, or it expired under a live worker whose heartbeat stalled past claim_ttl
+        # on a loaded machine and another worker took the run over
+        drains = [(b, e) for b, e in lost[(run, worker)] if b <= at <= e]
+        if any(b <= h <= e + HANDOFF_SLACK for b, e in drains for h in handoffs[run]):
+            return "handoff"
+        return "expiry" if drains else None
+
+    reexecuted = unexplained = by_handoff = by_expiry = 0
     for (run, task, attempt), runs in executions.items():
         # a retried run runs its fixed task's attempt again: the last executions are legit
         allowed = chaos_app.executions_per_task(n_of(run), task.rsplit(":", 1)[1])
         if len(runs) <= allowed:
             continue
         reexecuted += 1
-        for at, worker in sorted(runs)[: len(runs) - allowed]:
-            killed_at = workers.killed.get(worker)
-            by_kill = killed_at is not None and killed_at >= at
-            by_restart = any(began - slack <= at <= ended + slack for began, ended in restarts)
-            if not (by_kill or by_restart):
-                unexplained += 1
-                verdict.problem(
-                    f"{task} attempt {attempt}: executed by {worker} at {at:.3f} and again, "
-                    "with no kill or restart to explain it"
-                )
+        causes = [(at, worker, cause(run, at, worker)) for at, worker in sorted(runs)]
+        by_handoff += any(why == "handoff" for _, _, why in causes)
+        by_expiry += any(why == "expiry" for _, _, why in causes)
+        # the executions whose results were kept need no reason, at most ``allowed`` of
+        # them, and not always the last: a revoked drain may execute after the new holder
+        bare = [(at, worker) for at, worker, why in causes if why is None]
+        for at, worker in bare[: max(len(bare) - allowed, 0)]:
+            unexplained += 1
+            verdict.problem(
+                f"{task} attempt {attempt}: executed by {worker} at {at:.3f} and again, "
+                "with no kill or restart to explain it (nor a child's hand-off)"
+            )
     print(
-        f"chaos: task attempts executed more than once: {reexecuted} (unexplained: {unexplained})"
+        f"chaos: task attempts executed more than once: {reexecuted} (of them after a "
+        f"child's hand-off revoked the drain: {by_handoff}, after a live worker's claim "
+        f"expired: {by_expiry}; unexplained: {unexplained})"
     )
 
 
@@ -630,7 +658,7 @@ def measure_recovery(args: argparse.Namespace, store: Store, directory: Path) ->
     samples: list[float] = []
     missed = 0
     with SyncDocket(store.url, nodes=chaos_app.NODES) as docket:
-        driver = Driver(docket, docket.save_graph(chaos_app.GRAPH), directory)
+        driver = Driver(docket, chaos_app.save_graphs(docket), directory)
         try:
             survivors = [workers.spawn() for _ in range(max(1, args.workers - 1))]
             workers.wait_ready(survivors)
@@ -658,7 +686,10 @@ def measure_recovery(args: argparse.Namespace, store: Store, directory: Path) ->
                     later = [
                         float(line[4])
                         for line in read_lines(directory, "commits")
-                        if line[1] in held and line[3] != victim and float(line[4]) > killed_at
+                        if line[0] == "commit"
+                        and line[1] in held
+                        and line[3] != victim
+                        and float(line[4]) > killed_at
                     ]
                     if later:
                         recovered = min(later) - killed_at

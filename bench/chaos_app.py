@@ -8,27 +8,41 @@ the environment the harness sets for each process:
 * ``DOCKET_CHAOS_DIR`` — the campaign directory; every node execution appends one line
   ``exec <run> <task id> <attempt> <idempotency key> <worker> <pid> <unix time>`` to
   ``side-<worker>.log`` there, and every commit this process makes appends
-  ``commit <run> <checkpoint seq> <worker> <unix time>`` to ``commits-<worker>.log``;
+  ``commit <run> <checkpoint seq> <worker> <unix time>`` to ``commits-<worker>.log``
+  (``signal …`` for a commit without a claim: a child's hand-off to its parent), and
+  every drain that ends with its claim taken from it (``claim_lost``, ``discarded``,
+  ``fence_lost``) appends ``lost <run> <outcome> <worker> <began> <ended>`` (unix times
+  of the drain) to ``lost-<worker>.log``;
 * ``DOCKET_CHAOS_WORKER`` — this process's name in those logs (``w0``, ``w1``, …);
 * ``DOCKET_CHAOS_TTL`` / ``DOCKET_CHAOS_POLL`` — claim TTL and poll interval;
 * ``DOCKET_CHAOS_SABOTAGE`` — comma-separated faults for the harness's own negative
   control: ``wrong_output`` (run ``chaos-00003`` ends with a result off by one),
   ``double_exec`` (node ``a`` of run ``chaos-00005`` logs two executions, as if it had been
   re-executed with no kill to explain it), ``map_twice`` (item 0 of run ``chaos-00006``'s
-  map writes its result twice, as if it had landed twice);
+  map writes its result twice, as if it had landed twice), ``child_twice`` (the child of
+  item 0 of run ``chaos-00006``'s child map returns its result twice, as if its hand-off
+  had landed twice), ``orphan_child`` (the harness itself starts a run that names
+  ``chaos-00002`` as its parent although no ``child_started`` event asked for it);
 * ``DOCKET_CHAOS_HOLD_AFTER`` — when set to N, node executions after the N-th of this
   process hang (after logging a ``hold`` line), so the process keeps claims on runs in
   mid-flight, heartbeating them, until it is killed (the recovery measurement's victim).
 
 The graph, for an input ``n``::
 
-    $start -> a -> b -> {f1, f2, f3, m} ==fan-in==> join -> review -> total -> $finish
+    $start -> a -> b -> {f1, f2, f3, m, k, mk} ==fan-in==> join -> review -> total -> $finish
 
 ``a``, ``b``: a chain; ``b`` also writes ``items``, a list of ``n % 4`` numbers (so some
 runs map over an empty list). ``f1..f3``: a fan-out, each appending ``n * k`` to ``parts``.
 ``m``: a map over ``items``, each item appending ``2 * item`` to ``mapped``; item 1 fails
 its first attempt (retryable) and succeeds after a backoff. The output's ``mapped`` must
 hold each item's result once, in item order.
+``k`` runs the child graph ``chaos_kid`` (one node ``c``: ``y = [3 * x + 1]``) on ``x = n``
+and writes its ``y`` to ``kid``; ``mk`` is a map over ``items`` of that child node, one
+child run per item, each appending its ``y`` to ``kids`` (item order). The child of item 1
+fails its parent's first attempt (it reads the attempt from its own run id,
+``<task>:<attempt>@<seq>``), so the parent retries that item after a backoff with a new
+child. Children are ordinary runs the same workers drain; :func:`expected_children` is
+what each parent must have started.
 ``join`` fails its first attempt (retryable) and succeeds on the second, after a backoff
 timer. In every run with ``needs_fix(n)``, ``total`` fails permanently until the harness
 "fixes" it (a file ``fixed-<run id>`` in the campaign directory) and retries the failed run
@@ -60,9 +74,12 @@ from docket import (
     R,
     RetryPolicy,
     S,
+    SyncDocket,
+    TelemetryEvent,
 )
+from docket.graph.children import ChildSpec
 from docket.graph.maps import MapSpec
-from docket.records import Checkpoint
+from docket.records import Checkpoint, GraphRef
 from docket.values import JSONValue
 
 NODES = NodeRegistry()
@@ -81,6 +98,11 @@ EXPECTED_TASKS: dict[tuple[str, int], int] = {
     ("total", 1): 1,
 }
 MAP_BACKOFF_MS = 100
+KID_BACKOFF_MS = 100
+#: the parent's child nodes (their tasks run no code of their own)
+CHILD_NODES = ("k", "mk")
+#: the child run's one node, as the side log names its tasks
+KID_TASKS: dict[tuple[str, int], int] = {("c", 1): 1}
 
 
 def map_items(n: int) -> list[int]:
@@ -98,7 +120,35 @@ def expected_tasks(n: int) -> dict[tuple[str, int], int]:
     return tasks
 
 
+def expected_children(n: int) -> dict[tuple[str, int], int]:
+    """(child node task, parent attempt) of every child run parent ``n`` starts: ``k``
+    once, one per item of ``mk``, and item 1 twice (its first child fails)."""
+    kids = {("k", 1): 1}
+    for index in range(len(map_items(n))):
+        kids[(f"mk[{index}]", 1)] = 1
+        if index == 1:
+            kids[(f"mk[{index}]", 2)] = 1
+    return kids
+
+
+def kid_value(x: int) -> int:
+    return 3 * x + 1
+
+
+def kid_fails(task_suffix: str, attempt: int) -> bool:
+    """Whether the child of ``task_suffix``'s ``attempt`` fails on purpose."""
+    return task_suffix == "mk[1]" and attempt == 1
+
+
+def child_fields(n: int) -> dict[str, JSONValue]:
+    """The parent fields child runs write, as they must end up (each result once)."""
+    kids: list[JSONValue] = [kid_value(item) for item in map_items(n)]
+    return {"kid": [kid_value(n)], "kids": kids}
+
+
 NODE_SECONDS = 0.02
+#: seconds: a parent's first look at a child it waits for, and the longest gap between looks
+CHILD_RECHECK, CHILD_RECHECK_CAP = 1.0, 2.0
 #: one run in ten fails permanently in ``total`` until the harness fixes and retries it
 RETRIED_EVERY, RETRIED_AT = 10, 7
 
@@ -126,7 +176,12 @@ def approval_for(n: int) -> int:
 def expected_output(n: int) -> dict[str, JSONValue]:
     parts = sum(n * k for k in range(1, len(FAN_OUT) + 1))
     mapped: list[JSONValue] = [2 * item for item in map_items(n)]
-    return {"result": parts + approval_for(n) + n, "trail": list(TRAIL), "mapped": mapped}
+    return {
+        "result": parts + approval_for(n) + n,
+        "trail": list(TRAIL),
+        "mapped": mapped,
+        **child_fields(n),
+    }
 
 
 def _append(name: str, line: str) -> None:
@@ -154,7 +209,7 @@ async def _executed(ctx: NodeContext) -> None:
         f"{os.getpid()} {time.time():.6f}",
     )
     _executions += 1
-    if "double_exec" in _sabotage() and ctx.node_id == "a" and ctx.run_id == "chaos-00005":
+    if "double_exec" in sabotage() and ctx.node_id == "a" and ctx.run_id == "chaos-00005":
         _append(
             "side",
             f"exec {ctx.run_id} {ctx.task_id} {ctx.attempt} {ctx.idempotency_key} "
@@ -168,7 +223,7 @@ async def _executed(ctx: NodeContext) -> None:
     await asyncio.sleep(NODE_SECONDS)
 
 
-def _sabotage() -> set[str]:
+def sabotage() -> set[str]:
     return set(os.environ.get("DOCKET_CHAOS_SABOTAGE", "").split(","))
 
 
@@ -198,9 +253,28 @@ async def item(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue] | Fai
         return Failure("map item 1 fails its first attempt on purpose")
     value = state["item"]
     assert isinstance(value, int) and value == ctx.item
-    if "map_twice" in _sabotage() and ctx.run_id == "chaos-00006" and ctx.item_index == 0:
+    if "map_twice" in sabotage() and ctx.run_id == "chaos-00006" and ctx.item_index == 0:
         return {"mapped": [2 * value, 2 * value]}
     return {"mapped": [2 * value]}
+
+
+def parent_task_of(child_run_id: str) -> tuple[str, int]:
+    """``(parent task id, parent attempt)`` from a child run id ``<task>:<attempt>@<seq>``."""
+    task, rest = child_run_id.rsplit(":", 1)
+    return task, int(rest.split("@", 1)[0])
+
+
+@NODES.node("chaos_kid_work")
+async def kid_work(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue] | Failure:
+    await _executed(ctx)
+    task, attempt = parent_task_of(ctx.run_id)
+    if kid_fails(task.rsplit(":", 1)[1], attempt):
+        return Failure("the child of map item 1 fails its parent's first attempt on purpose")
+    x = state["x"]
+    assert isinstance(x, int)
+    if "child_twice" in sabotage() and task.startswith("chaos-00006:") and task.endswith(":mk[0]"):
+        return {"y": [kid_value(x), kid_value(x)]}
+    return {"y": [kid_value(x)]}
 
 
 @NODES.node("chaos_part")
@@ -237,9 +311,23 @@ async def total(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue] | Fa
     approval = state["approval"]
     assert isinstance(parts, list) and isinstance(approval, int)
     result = sum(int(str(p)) for p in parts) + approval + _n(state)
-    if "wrong_output" in _sabotage() and ctx.run_id == "chaos-00003":
+    if "wrong_output" in sabotage() and ctx.run_id == "chaos-00003":
         result += 1
     return {"trail": [ctx.node_id], "result": result}
+
+
+def kid_graph() -> GraphBuilder:
+    """The child graph ``k`` and ``mk`` run (no retry of its own: a failed child fails
+    its parent's attempt, and the parent's retry policy starts a new child)."""
+    return (
+        GraphBuilder("chaos_kid")
+        .input("x", S.integer(), required=True)
+        .field("y", S.list(S.integer()))
+        .node("c", "chaos_kid_work")
+        .edge("to_c", START, "c")
+        .edge("end", "c", FINISH)
+        .output("y")
+    )
 
 
 def chaos_graph() -> GraphBuilder:
@@ -252,6 +340,8 @@ def chaos_graph() -> GraphBuilder:
         .field("result", S.integer())
         .field("items", S.list(S.integer()))
         .field("mapped", S.list(S.integer()), reducer=R.append())
+        .field("kid", S.list(S.integer()))
+        .field("kids", S.list(S.integer()), reducer=R.append())
         .node("a", "chaos_chain")
         .node("b", "chaos_split")
         .node(
@@ -259,6 +349,13 @@ def chaos_graph() -> GraphBuilder:
             "chaos_item",
             map=MapSpec(over="items", item="item"),
             retry=RetryPolicy(max_attempts=2, backoff_ms=MAP_BACKOFF_MS),
+        )
+        .node("k", child=ChildSpec(graph="chaos_kid", input={"x": "n"}, output={"kid": "y"}))
+        .node(
+            "mk",
+            child=ChildSpec(graph="chaos_kid", input={"x": "item"}, output={"kids": "y"}),
+            map=MapSpec(over="items", item="item"),
+            retry=RetryPolicy(max_attempts=2, backoff_ms=KID_BACKOFF_MS),
         )
         .node("join", "chaos_flaky", retry=RetryPolicy(max_attempts=3, backoff_ms=JOIN_BACKOFF_MS))
         .node("review", "chaos_review")
@@ -270,17 +367,28 @@ def chaos_graph() -> GraphBuilder:
         builder.node(node, "chaos_part").edge(f"b_{node}", "b", node)
     return (
         builder.edge("b_m", "b", "m")
-        .fan_in("join_parts", [*FAN_OUT, "m"], "join")
+        .edge("b_k", "b", "k")
+        .edge("b_mk", "b", "mk")
+        .fan_in("join_parts", [*FAN_OUT, "m", "k", "mk"], "join")
         .edge("join_review", "join", "review")
         .edge("review_total", "review", "total")
         .edge("end", "total", FINISH)
         .output("result")
         .output("trail")
         .output("mapped")
+        .output("kid")
+        .output("kids")
     )
 
 
+KID_GRAPH = kid_graph().build()
 GRAPH = chaos_graph().build()
+
+
+def save_graphs(docket: SyncDocket) -> GraphRef:
+    """Save the child graph, then the parent (whose save pins the child's version)."""
+    docket.save_graph(KID_GRAPH)
+    return docket.save_graph(GRAPH)
 
 
 def record_commit(checkpoint: Checkpoint, context: CommitContext) -> None:
@@ -291,8 +399,33 @@ def record_commit(checkpoint: Checkpoint, context: CommitContext) -> None:
         )
 
 
+def record_signal(event: TelemetryEvent) -> None:
+    """A commit with no claim, which in a worker is a child's hand-off to its parent (it
+    revokes any claim on the parent). Logged from telemetry, which runs inline after the
+    commit: an observer runs in a task of its own, which a kill right after the commit
+    may never run, and the re-execution the hand-off caused would look unexplained."""
+    if event.metadata.get("operation") == "signal":
+        worker = os.environ.get("DOCKET_CHAOS_WORKER", "local")
+        run_id, seq = event.metadata.get("run_id"), event.metadata.get("checkpoint_seq")
+        _append("commits", f"signal {run_id} {seq} {worker} {time.time():.6f}")
+
+
+#: how a drain ends when its claim was taken from it (its work is dropped and done again)
+LOST_CLAIM = frozenset({"claim_lost", "discarded", "fence_lost"})
+
+
+def record_drain(event: TelemetryEvent) -> None:
+    outcome = event.metadata.get("outcome")
+    if event.phase == "stop" and outcome in LOST_CLAIM:
+        worker = os.environ.get("DOCKET_CHAOS_WORKER", "local")
+        run_id = event.metadata.get("run_id")
+        ended = time.time()
+        began = ended - float(event.measurements.get("duration", 0.0))
+        _append("lost", f"lost {run_id} {outcome} {worker} {began:.6f} {ended:.6f}")
+
+
 def create() -> Docket:
-    return Docket(
+    docket = Docket(
         os.environ["DOCKET_BACKEND"],
         nodes=NODES,
         observers=[record_commit],
@@ -302,4 +435,11 @@ def create() -> Docket:
         # a run whose workers keep being killed before they commit is not broken: the
         # campaign must not poison it (poisoning is tested elsewhere)
         max_claim_attempts=1000,
+        # a hand-off lost to a kill (between a child's end and its parent's commit) is
+        # recovered by the parent's recheck: keep that within the campaign
+        child_recheck=CHILD_RECHECK,
+        child_recheck_cap=CHILD_RECHECK_CAP,
     )
+    docket.telemetry.attach(record_drain, names=["docket.run.drain.stop"])
+    docket.telemetry.attach(record_signal, names=["docket.checkpoint.committed"])
+    return docket

@@ -14,8 +14,16 @@ ROOT = Path(__file__).resolve().parents[2]
 LAST_LINE = re.compile(
     r"chaos: backend=(?P<backend>\w+) runs=(?P<runs>\d+) completed=(?P<completed>\d+) "
     r"lost=(?P<lost>\d+) duplicate_commits=(?P<duplicate_commits>\d+) gaps=(?P<gaps>\d+) "
-    r"wrong_outputs=(?P<wrong_outputs>\d+) kills=(?P<kills>\d+) db_restarts=(?P<db_restarts>\d+)"
+    r"wrong_outputs=(?P<wrong_outputs>\d+) children=(?P<children>\d+) orphans=(?P<orphans>\d+) "
+    r"missing_children=(?P<missing_children>\d+) child_outputs_wrong=(?P<child_outputs_wrong>\d+) "
+    r"kills=(?P<kills>\d+) db_restarts=(?P<db_restarts>\d+)"
 )
+
+
+def children_of(runs: int) -> int:
+    """Every run starts one child for ``k`` and one per map item of ``mk`` (``n % 4`` of
+    them), item 1 twice (its first child fails on purpose)."""
+    return sum(1 + n % 4 + (n % 4 > 1) for n in range(runs))
 
 
 def _campaign(*options: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -31,8 +39,9 @@ def _campaign(*options: str, env: dict[str, str] | None = None) -> subprocess.Po
 
 def test_short_chaos_campaigns_on_every_backend_lose_nothing() -> None:
     """The three campaigns run side by side: most of their time is waiting (claim expiry,
-    polls, a retry timer, worker start-up), not CPU."""
-    runs, kills = 60, 4
+    polls, a retry timer, worker start-up), not CPU. 40 runs: with their 120 child runs
+    they cost about what 60 runs without children did."""
+    runs, kills = 40, 4
     restarts = {"sqlite": 0, "postgres": 1, "redis": 1}
     campaigns = {
         backend: _campaign(
@@ -67,6 +76,10 @@ def test_short_chaos_campaigns_on_every_backend_lose_nothing() -> None:
             "duplicate_commits": "0",
             "gaps": "0",
             "wrong_outputs": "0",
+            "children": str(children_of(runs)),
+            "orphans": "0",
+            "missing_children": "0",
+            "child_outputs_wrong": "0",
             "kills": match["kills"],
             "db_restarts": str(restarts[backend]),
         }
@@ -117,3 +130,30 @@ def test_the_campaign_reports_a_map_item_whose_result_landed_twice() -> None:
     assert match is not None, stdout[-3000:]
     assert (match["completed"], match["wrong_outputs"]) == ("8", "1")
     assert "VIOLATION chaos-00006: output" in stdout
+
+
+def test_the_campaign_reports_an_orphaned_child_and_a_child_output_applied_twice() -> None:
+    """The negative control of the child checks: a run naming a parent that never asked
+    for it (an orphan), and a child of the child map whose result lands twice."""
+    env = dict(os.environ, DOCKET_CHAOS_SABOTAGE="orphan_child,child_twice")
+    proc = _campaign(
+        *("--backend", "sqlite", "--workers", "2", "--runs", "8", "--min-kills", "0"),
+        *("--kill-interval", "600", "--timeout", "120"),
+        env=env,
+    )
+    stdout, _ = proc.communicate(timeout=200)
+    assert proc.returncode == 1, stdout[-6000:]
+    match = LAST_LINE.fullmatch(stdout.strip().splitlines()[-1])
+    assert match is not None, stdout[-3000:]
+    # 8 runs start children_of(8) = 24 children, plus the orphan; the doubled result makes
+    # the child's output and its parent's wrong
+    assert (
+        match["completed"],
+        match["children"],
+        match["orphans"],
+        match["missing_children"],
+        match["child_outputs_wrong"],
+        match["wrong_outputs"],
+    ) == ("8", str(children_of(8) + 1), "1", "0", "1", "2"), stdout[-3000:]
+    assert "VIOLATION chaos-00002:2:k:1@99: an orphan" in stdout
+    assert "VIOLATION chaos-00006: fields written by children" in stdout
