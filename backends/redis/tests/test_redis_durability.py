@@ -16,7 +16,7 @@ from docket.contract import EventListQuery, Feature, Limits
 from docket.records import EventPage, Run, RunInfo, Tenant
 
 #: Declared whatever the server's persistence.
-_ALWAYS = frozenset({Feature.NOTIFY, Feature.REOPEN_FAILED})
+_ALWAYS = frozenset({Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.CHILD_RUNS})
 
 
 @pytest.mark.parametrize(

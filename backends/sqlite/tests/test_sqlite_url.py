@@ -113,9 +113,19 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.DURABLE,
         Feature.DURABLE_FSYNC,
         Feature.REOPEN_FAILED,
+        Feature.CHILD_RUNS,
     }
     normal = SQLiteBackend(tmp_path / "normal.db", synchronous="NORMAL")
-    assert negotiate(normal).features == {Feature.NOTIFY, Feature.DURABLE, Feature.REOPEN_FAILED}
+    assert negotiate(normal).features == {
+        Feature.NOTIFY,
+        Feature.DURABLE,
+        Feature.REOPEN_FAILED,
+        Feature.CHILD_RUNS,
+    }
     memory = SQLiteBackend(":memory:")
-    assert negotiate(memory).features == {Feature.NOTIFY, Feature.REOPEN_FAILED}
+    assert negotiate(memory).features == {
+        Feature.NOTIFY,
+        Feature.REOPEN_FAILED,
+        Feature.CHILD_RUNS,
+    }
     assert memory.path is None
