@@ -24,6 +24,7 @@ from docket.graph.nodes import Failure, Interrupt, NodeContext, NodeRegistry, No
 from docket.graph.reducers import R
 from docket.graph.schema import S
 from docket.records import PARENT_KEY, EventType, Run, RunStatus
+from docket.runtime.children import Children
 from docket.testing import run_inline
 from docket.values import JSONDict
 from tests.runtime import child_scenarios as e2e
@@ -239,7 +240,9 @@ def test_cancelling_the_parent_cancels_its_running_child() -> None:
     asyncio.run(scenario())
 
 
-def test_a_lost_hand_off_is_found_by_the_parents_recheck() -> None:
+def test_a_lost_hand_off_is_found_by_the_parents_recheck(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     async def scenario() -> None:
         docket, _, clock = memory_docket(nodes=NODES, context={}, child_recheck=2.0)
         async with docket:
@@ -251,12 +254,9 @@ def test_a_lost_hand_off_is_found_by_the_parents_recheck() -> None:
             async def no_hand_off(self: object, owner: object, child: Run) -> None:
                 return None
 
-            original = type(docket._drainer._children).hand_off
-            type(docket._drainer._children).hand_off = no_hand_off  # type: ignore[method-assign]
-            try:
+            with monkeypatch.context() as patch:
+                patch.setattr(Children, "hand_off", no_hand_off)
                 await docket.drain_due()  # the parent parks, its child starts and ends
-            finally:
-                type(docket._drainer._children).hand_off = original  # type: ignore[method-assign]
             assert (await docket.fetch_run("p:0:call:1@1")).status is RunStatus.DONE
             assert (await docket.fetch_run("p")).status is RunStatus.RUNNING
             await docket.drain_due()  # not due yet: the recheck is 2 s away
@@ -468,7 +468,7 @@ def test_a_worker_drains_the_child_it_started_in_the_parents_slot() -> None:
 def test_a_hand_off_waits_for_a_worker_holding_the_parent(monkeypatch: Any) -> None:
     from datetime import timedelta
 
-    from docket.contract import ClaimPolicy, ClaimRefreshed
+    from docket.contract import ClaimBatch, ClaimPolicy, ClaimRefreshed
     from docket.records import Tenantless
     from docket.runtime import children as children_module
 
@@ -481,23 +481,21 @@ def test_a_hand_off_waits_for_a_worker_holding_the_parent(monkeypatch: Any) -> N
             ref = await docket.save_graph(parent())
             await docket.start_run(ref, {"n": 3}, run_id="p")
             helper = docket._drainer._children
-            original = type(helper).hand_off
 
             async def no_hand_off(self: object, owner: object, child: Run) -> None:
                 return None
 
-            type(helper).hand_off = no_hand_off  # type: ignore[method-assign]
-            try:
+            with monkeypatch.context() as patch:
+                patch.setattr(Children, "hand_off", no_hand_off)
                 await docket.drain_due()  # the child ends; its hand-off is held back
-            finally:
-                type(helper).hand_off = original  # type: ignore[method-assign]
             child = await docket.fetch_run("p:0:call:1@1")
             assert child.status is RunStatus.DONE
             clock.set(later(clock, 2.5))  # the parent's recheck is due: a worker claims it
             batch = await backend.runs.claim_due(
                 ClaimPolicy(limit=1, orphan_ttl=timedelta(seconds=30), max_claim_attempts=5)
             )
-            (lease,) = batch.leases  # type: ignore[union-attr]
+            assert isinstance(batch, ClaimBatch)
+            (lease,) = batch.leases
             owner = Tenantless()
             polls = 0
             inspect = backend.runs.inspect_run
