@@ -91,7 +91,9 @@ Proposal: TypeAlias = InitProposal | ClaimedProposal | UnclaimedProposal
 #: Which run statuses each wake may accompany.
 WAKE_STATUSES: dict[type, frozenset[RunStatus]] = {
     Immediate: frozenset({RunStatus.RUNNING}),
-    At: frozenset({RunStatus.RUNNING}),
+    # a waiting run is due at a time only for durable time (a deadline, a message wait that
+    # gives up): backends that declare Feature.TIMERS claim it then
+    At: frozenset({RunStatus.RUNNING, RunStatus.WAITING}),
     External: frozenset({RunStatus.WAITING}),
     Terminal: frozenset({RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED}),
 }

@@ -70,6 +70,7 @@ from docket.contract.protocols import (
     GraphStore,
     Prunable,
     RunStore,
+    ScheduleStore,
     TransitionStore,
 )
 from docket.contract.retention import PruneResult
@@ -124,6 +125,7 @@ __all__ = [
     "RunListQuery",
     "RunStore",
     "Schedule",
+    "ScheduleStore",
     "SchemaMismatch",
     "SchemaTooNew",
     "SchemaTooOld",

@@ -35,6 +35,15 @@ class Feature(StrEnum):
     # and commit_unclaimed takes any moment of a parked run (a child's hand-off may
     # commit the parent's barrier or fail it), not only a signal's
     CHILD_RUNS = "child_runs"
+    # durable time: sleeping tasks and their sleep timers round-trip; a waiting run may have
+    # a wake (a deadline, a message wait's timeout) and claim_due takes it when it is due;
+    # initialize honours a wake_at in the future (a delayed start)
+    TIMERS = "timers"
+    # messages: a run's mailbox (run metadata) and tasks waiting for a message round-trip,
+    # and commit_unclaimed takes a running run at any moment (a message delivered or kept)
+    MESSAGES = "messages"
+    # cron schedules: backend.schedules is a ScheduleStore (docs/contract.md#schedules)
+    SCHEDULES = "schedules"
 
 
 @attrs.frozen(kw_only=True)
@@ -195,7 +204,25 @@ def negotiate(backend: object) -> Capabilities:
         )
     _check_methods("backend", backend, Backend, lifecycle)
     _check_optional(backend)
+    _check_optional_stores(backend, caps)
     return caps
+
+
+def _check_optional_stores(backend: object, caps: Capabilities) -> None:
+    """A feature that names a store (``schedules``) needs that store, whole and async."""
+    from docket.contract.protocols import OPTIONAL_STORES
+
+    for accessor, (protocol, feature) in OPTIONAL_STORES.items():
+        if feature not in caps.features:
+            continue
+        store = getattr(backend, accessor, None)
+        if store is None:
+            raise BackendContractError(
+                ContractDefect.MISSING_STORE,
+                f"{type(backend).__name__} declares {feature!r} but has no .{accessor}; "
+                f"provide a {protocol.__name__} there or drop the feature",
+            )
+        _check_methods(f"backend.{accessor}", store, protocol, _protocol_methods(protocol))
 
 
 def _check_optional(backend: object) -> None:

@@ -49,6 +49,7 @@ from docket.contract.errors import (
     TooLarge,
     TransitionResult,
 )
+from docket.contract.memory_schedules import MemorySchedules
 from docket.contract.proposals import (
     AbandonPolicy,
     At,
@@ -165,6 +166,7 @@ class MemoryBackend:
         self._runs: dict[tuple[str | None, str], _Row] = {}
         self._graphs: dict[tuple[str | None, str, str], _GraphRow] = {}
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.schedules = MemorySchedules(self._clock, self._limits)
 
     # -- bundle -------------------------------------------------------------------------
 
@@ -172,7 +174,13 @@ class MemoryBackend:
         return Capabilities(
             limits=self._limits,
             features=frozenset(
-                {Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.PRUNE, Feature.CHILD_RUNS}
+                {
+                    Feature.NOTIFY,
+                    Feature.REOPEN_FAILED,
+                    Feature.PRUNE,
+                    Feature.CHILD_RUNS,
+                    Feature.SCHEDULES,
+                }
             ),
             name="memory",
         )

@@ -21,6 +21,7 @@ from docket.contract.errors import (
     AbandonOutcome,
     ClaimLost,
     ClaimRefreshed,
+    Conflict,
     CorruptEventRow,
     CorruptGraph,
     GraphContentConflict,
@@ -29,6 +30,7 @@ from docket.contract.errors import (
     NotFound,
     Permanent,
     Retryable,
+    StaleCheckpoint,
     TooLarge,
     TransitionResult,
 )
@@ -45,6 +47,7 @@ from docket.contract.proposals import (
 )
 from docket.contract.retention import PruneResult
 from docket.records import (
+    CronSchedule,
     Event,
     EventPage,
     GraphRef,
@@ -54,6 +57,8 @@ from docket.records import (
     Run,
     RunInfo,
     RunPage,
+    ScheduleCursor,
+    SchedulePage,
     Scope,
 )
 from docket.values import JSONDict
@@ -356,6 +361,51 @@ class Prunable(Protocol):
     ) -> PruneResult: ...
 
 
+@runtime_checkable
+class ScheduleStore(Protocol):
+    """Optional (``Feature.SCHEDULES``): cron schedules, per owner scope, as ``backend.schedules``.
+
+    The store keeps :class:`~docket.records.CronSchedule` documents and indexes their
+    ``due_at``; it never interprets the cron expression (the runtime does). Every change
+    after the create is fenced on the schedule's ``version`` and stores ``version + 1``.
+    A schedule's run is started with ``initialize`` under a run id derived from the schedule
+    and its tick, which is what makes a tick start at most one run however many tickers
+    race (docs/contract.md#schedules)."""
+
+    async def create_schedule(
+        self, owner: OwnerScope, schedule: CronSchedule
+    ) -> CronSchedule | Conflict | TooLarge:
+        """The stored schedule (``version`` 1, ``tenant_id`` set from ``owner``), or
+        ``Conflict`` when the id is taken in ``owner``'s scope. Raises ``ValueError`` for
+        ``System``, ``StoreError`` on store failures."""
+
+    async def update_schedule(
+        self, owner: OwnerScope, schedule: CronSchedule, expected_version: int
+    ) -> CronSchedule | NotFound | StaleCheckpoint | TooLarge:
+        """The stored schedule (``version = expected_version + 1``; id, ``created_at`` and
+        ``tenant_id`` kept from the stored one), ``NotFound``, or ``StaleCheckpoint`` when
+        the stored version is not ``expected_version``. Raises ``StoreError``."""
+
+    async def fetch_schedule(self, owner: OwnerScope, schedule_id: str) -> CronSchedule | NotFound:
+        """The stored schedule or ``NotFound`` (absent or another scope's)."""
+
+    async def delete_schedule(self, owner: OwnerScope, schedule_id: str) -> bool:
+        """Whether a schedule was deleted (the runs it started are kept)."""
+
+    async def list_schedules(
+        self, scope: Scope, after: ScheduleCursor | None = None, limit: int = 100
+    ) -> SchedulePage:
+        """One page ascending by ``(id, tenant_id or "")`` after ``after``; ``System`` sees
+        every tenant's. Raises ``ValueError`` for ``limit < 1``."""
+
+    async def due_schedules(
+        self, now: datetime | None = None, limit: int = 100
+    ) -> tuple[CronSchedule, ...]:
+        """Up to ``limit`` schedules of any tenant whose ``due_at`` is at or before ``now``
+        (``None``: the backend's clock), oldest ``due_at`` first. Reading only: whoever
+        acts on one fences its change on the version it read."""
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -370,8 +420,14 @@ OPTIONAL_PROTOCOLS: dict[str, tuple[type, ...]] = {
     "": (SampledNow, Migratable, Prunable),
 }
 
+#: Optional stores a backend bundle may hand out, by accessor, and the feature declaring it.
+OPTIONAL_STORES: dict[str, tuple[type, str]] = {
+    "schedules": (ScheduleStore, "schedules"),
+}
+
 __all__ = [
     "OPTIONAL_PROTOCOLS",
+    "OPTIONAL_STORES",
     "STORE_PROTOCOLS",
     "Backend",
     "ChainedCommits",
@@ -384,5 +440,6 @@ __all__ = [
     "Prunable",
     "RunStore",
     "SampledNow",
+    "ScheduleStore",
     "TransitionStore",
 ]

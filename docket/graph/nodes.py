@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, TypeAlias, TypeVar, cast, overload
 
 import attrs
@@ -54,7 +54,9 @@ __all__ = [
     "NodeResult",
     "NodeReturn",
     "NodeState",
+    "Receive",
     "RetryPolicy",
+    "Sleep",
     "Update",
     "as_result",
     "idempotency_key",
@@ -136,7 +138,57 @@ class Failure:
     details: JSONDict = attrs.field(factory=dict, converter=_json_map)
 
 
-NodeResult: TypeAlias = Update | Interrupt | Failure
+def _positive_delta(_: object, attribute: attrs.Attribute[object], value: object) -> None:
+    if value is not None and (not isinstance(value, timedelta) or value < timedelta(0)):
+        raise ValueError(f"{attribute.name} must be a non-negative timedelta, got {value!r}")
+
+
+def _aware(_: object, attribute: attrs.Attribute[object], value: object) -> None:
+    if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+        raise ValueError(f"{attribute.name} must be an aware datetime, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Sleep:
+    """Park this attempt, and the run with it, until ``until`` or for ``for_`` (exactly one).
+
+    The run holds no worker while it sleeps, survives restarts and can be cancelled; the
+    time is the backend's clock. When the sleep ends, ``update`` is written as the node's
+    result (validated now, when the node returns, not at the end of the sleep).
+    """
+
+    for_: timedelta | None = attrs.field(default=None, validator=_positive_delta)
+    until: datetime | None = attrs.field(default=None, validator=_aware)
+    update: JSONDict = attrs.field(factory=dict, converter=_json_map)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.for_ is None) == (self.until is None):
+            raise ValueError("Sleep takes exactly one of for_ (a timedelta) or until (a datetime)")
+
+
+@attrs.frozen
+class Receive:
+    """Wait for the next message sent to the run on ``topic`` (``Docket.send``).
+
+    The message's payload is written to the state field ``into`` (through its reducer),
+    beside ``update``, as the node's result; each message is taken by one waiting attempt
+    exactly once, oldest first. ``timeout``: give up after this long (backend clock); then
+    ``on_timeout`` is written instead, or, when it is ``None``, the attempt fails
+    permanently with ``message_timeout``.
+    """
+
+    topic: str
+    into: str | None = attrs.field(default=None, kw_only=True)
+    update: JSONDict = attrs.field(factory=dict, converter=_json_map, kw_only=True)
+    timeout: timedelta | None = attrs.field(default=None, validator=_positive_delta, kw_only=True)
+    on_timeout: JSONDict | None = attrs.field(default=None, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.topic, str) or not self.topic:
+            raise ValueError(f"topic must be a non-empty string, got {self.topic!r}")
+
+
+NodeResult: TypeAlias = Update | Interrupt | Failure | Sleep | Receive
 NodeState: TypeAlias = Mapping[str, JSONValue]
 #: What a node callable may return: a result, or a plain dict as shorthand for ``Update``.
 NodeReturn: TypeAlias = "NodeResult | Mapping[str, JSONValue]"
@@ -173,7 +225,7 @@ def as_result(value: object) -> NodeResult:
     contents are validated later, at the commit); anything else is a permanent
     ``invalid_node_return`` failure.
     """
-    if isinstance(value, Update | Interrupt | Failure):
+    if isinstance(value, Update | Interrupt | Failure | Sleep | Receive):
         return value
     if isinstance(value, Mapping):
         return Update(cast("Mapping[str, JSONValue]", value))

@@ -55,6 +55,10 @@ class EventType(StrEnum):
     INTERRUPT_REQUESTED = "interrupt_requested"
     INTERRUPT_RESOLVED = "interrupt_resolved"
     CHILD_STARTED = "child_started"  # a child node's attempt asked for its child run
+    SLEEP_STARTED = "sleep_started"  # a node's attempt asked the run to sleep (a timer)
+    MESSAGE_WAITING = "message_waiting"  # a node's attempt waits for a message on a topic
+    MESSAGE_RECEIVED = "message_received"  # a message was sent to the run (and kept)
+    MESSAGE_CONSUMED = "message_consumed"  # a waiting attempt took a message (exactly once)
 
 
 class CheckpointType(StrEnum):
@@ -87,6 +91,20 @@ TASK_CHILD_RUNNING: Final = "child_running"
 TIMER_CHILD: Final = "child"
 #: Where a child run keeps the link to its parent (``Run.metadata``).
 PARENT_KEY: Final = "docket.parent"
+# Durable time and messages (docs/execution.md, durable time): a sleeping attempt keeps the
+# update it will write when its ``sleep`` timer fires (``metadata.update``); an attempt
+# waiting for a message names its topic (``metadata.topic``) and has a ``message`` timer
+# only when it gives up at some time.
+TASK_SLEEPING: Final = "sleeping"
+TIMER_SLEEP: Final = "sleep"
+TASK_WAITING_MESSAGE: Final = "waiting_message"
+TIMER_MESSAGE: Final = "message"
+#: A run's deadline (``Run.metadata``, an ISO-8601 UTC timestamp): past it, the run fails.
+DEADLINE_KEY: Final = "docket.deadline"
+#: Messages sent to a run and not consumed yet, and the idempotency keys it has seen.
+MAILBOX_KEY: Final = "docket.mailbox"
+#: On a run a schedule started: the schedule and the tick (``Run.metadata``).
+SCHEDULE_KEY: Final = "docket.schedule"
 
 # -- scopes --------------------------------------------------------------------------------
 

@@ -15,8 +15,12 @@ from docket.records._types import (
     MAX_COUNTER,
     TASK_CHILD_RUNNING,
     TASK_RETRY_SCHEDULED,
+    TASK_SLEEPING,
+    TASK_WAITING_MESSAGE,
     TIMER_CHILD,
+    TIMER_MESSAGE,
     TIMER_RETRY,
+    TIMER_SLEEP,
     ChannelState,
     Event,
     EventType,
@@ -94,6 +98,16 @@ def _is_int(value: object, minimum: int = 0) -> bool:
     )
 
 
+#: A parked task's status, and the kind of timer it has (a message wait may have none).
+_TASK_TIMERS: dict[str, str] = {
+    TASK_RETRY_SCHEDULED: TIMER_RETRY,
+    TASK_CHILD_RUNNING: TIMER_CHILD,
+    TASK_SLEEPING: TIMER_SLEEP,
+    TASK_WAITING_MESSAGE: TIMER_MESSAGE,
+}
+_TIMER_KINDS = tuple(_TASK_TIMERS.values())
+_WAITING_TASKS = frozenset({TASK_CHILD_RUNNING, TASK_SLEEPING, TASK_WAITING_MESSAGE})
+
 _REPR = reprlib.Repr()
 _REPR.maxlevel = 3
 _REPR.maxstring = _REPR.maxother = 80
@@ -131,9 +145,13 @@ def _add_task_problems(key: str, task: object, run: Run, out: list[str]) -> None
         return
     if task.task_id != key:
         out.append(f"{where}: task_id {shown(task.task_id)} differs from its key")
-    child = task.status == TASK_CHILD_RUNNING
-    if task.status != TASK_RETRY_SCHEDULED and not child:
-        out.append(f"{where}: status must be {TASK_RETRY_SCHEDULED!r} or {TASK_CHILD_RUNNING!r}")
+    status = task.status
+    timer_kind = _TASK_TIMERS.get(status) if isinstance(status, str) else None
+    if timer_kind is None:
+        out.append(f"{where}: status must be one of {', '.join(map(repr, _TASK_TIMERS))}")
+    # a task that waits on something (a child, a timer, a message) started waiting at a
+    # known time; only a retry is parked without having begun
+    waits = status in _WAITING_TASKS
     if not _is_str(task.node_id) or not _is_task_of(run, task.node_id, task.task_id):
         out.append(f"{where}: task_id must be '<run>:<step>:<node>[item]' for the current step")
     if task.step != run.step:
@@ -144,23 +162,29 @@ def _add_task_problems(key: str, task: object, run: Run, out: list[str]) -> None
         out.append(f"{where}: failures must be a tuple of TaskFailure")
         return
     attempts = [f.attempt for f in task.failures]
-    # a retry follows a failure; a child may be waited on by a first attempt
-    if (not attempts and not child) or attempts != list(range(1, len(attempts) + 1)):
+    # a retry follows a failure; a waiting task may be a first attempt
+    if (not attempts and not waits) or attempts != list(range(1, len(attempts) + 1)):
         out.append(f"{where}: failures must record attempts 1..n in order")
     if task.attempt != len(attempts) + 1:
         out.append(f"{where}: attempt must be one more than the recorded failures")
     if task.idempotency_key != idempotency_key(task.task_id, task.attempt):
         out.append(f"{where}: idempotency_key must be '<task_id>:<attempt>'")
-    if task.deadline_at is not None or (task.started_at is not None and not child):
+    if task.deadline_at is not None or (task.started_at is not None and not waits):
         out.append(f"{where}: a parked task has no started_at/deadline_at")
+    if waits and not _is_utc(task.started_at):
+        out.append(f"{where}: a waiting task has started_at (when it began to wait)")
     meta = task.metadata if isinstance(task.metadata, dict) else {}
-    if child and not _is_str(meta.get("child_run_id")):
+    if status == TASK_CHILD_RUNNING and not _is_str(meta.get("child_run_id")):
         out.append(f"{where}: a task waiting for a child names it (metadata.child_run_id)")
-    if child and not _is_utc(task.started_at):
-        out.append(f"{where}: a task waiting for a child has started_at (when it asked)")
+    if status == TASK_SLEEPING and not isinstance(meta.get("update"), dict):
+        out.append(f"{where}: a sleeping task keeps the update it will write (metadata.update)")
+    if status == TASK_WAITING_MESSAGE and not _is_str(meta.get("topic")):
+        out.append(f"{where}: a task waiting for a message names its topic (metadata.topic)")
     timer = run.timers.get(key) if isinstance(run.timers, dict) else None
-    if isinstance(timer, TimerState) and timer.kind != (TIMER_CHILD if child else TIMER_RETRY):
+    if isinstance(timer, TimerState) and timer.kind != timer_kind:
         out.append(f"{where}: its timer kind does not match its status")
+    if timer is None and status != TASK_WAITING_MESSAGE:
+        out.append(f"{where}: only a task waiting for a message may have no timer")
     if not _is_str(task.input_hash):
         out.append(f"{where}: input_hash must be a non-empty string")
     _durable_dict(task.snapshot, f"{where}.snapshot", out)
@@ -258,8 +282,8 @@ def _add_collection_problems(run: Run, out: list[str]) -> None:
         if not isinstance(value, frozenset) or not all(_is_str(v) for v in value):
             out.append(f"{name}: must be a frozenset of non-empty strings")
     for key, timer in run.timers.items() if isinstance(run.timers, dict) else ():
-        if not isinstance(timer, TimerState) or timer.kind not in (TIMER_RETRY, TIMER_CHILD):
-            out.append(f"timers.{key}: must be a retry or child TimerState")
+        if not isinstance(timer, TimerState) or timer.kind not in _TIMER_KINDS:
+            out.append(f"timers.{key}: must be a TimerState of kind {', '.join(_TIMER_KINDS)}")
         elif not _is_utc(timer.fires_at):
             out.append(f"timers.{key}: fires_at must be an aware UTC datetime")
     if not isinstance(run.timers, dict) or not isinstance(run.active_tasks, dict):
@@ -267,14 +291,23 @@ def _add_collection_problems(run: Run, out: list[str]) -> None:
         return
     for key, task in run.active_tasks.items():
         _add_task_problems(key, task, run, out)
-    if set(run.active_tasks) != set(run.timers):
-        out.append("timers: keys must equal the active task ids")
+    if not set(run.timers) <= set(run.active_tasks):
+        out.append("timers: every timer belongs to an active task")
     writes = run.pending_writes
     if not isinstance(writes, tuple) or not all(isinstance(w, PendingWrite) for w in writes):
         out.append("pending_writes: must be a tuple of PendingWrite")
         return
     if (run.active_tasks or run.timers) and run.status is not RunStatus.RUNNING:
-        out.append("active superstep: only a running run may have tasks or timers")
+        # a run whose every parked task waits for a message waits (for outside input)
+        waiting_for_messages = run.status is RunStatus.WAITING and all(
+            isinstance(t, TaskState) and t.status == TASK_WAITING_MESSAGE
+            for t in run.active_tasks.values()
+        )
+        if not waiting_for_messages:
+            out.append(
+                "active superstep: only a running run may have tasks or timers "
+                "(a waiting one: only tasks waiting for messages)"
+            )
     # A node failure keeps its finished siblings' writes for a retry; reopened, the run
     # holds them with no task until the unfinished nodes are planned again.
     kept = run.status is RunStatus.FAILED and _kept_by(run.failure)
