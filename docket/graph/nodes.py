@@ -138,12 +138,12 @@ class Failure:
     details: JSONDict = attrs.field(factory=dict, converter=_json_map)
 
 
-def _positive_delta(_: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _positive_delta(_: object, attribute: attrs.Attribute[timedelta | None], value: object) -> None:
     if value is not None and (not isinstance(value, timedelta) or value < timedelta(0)):
         raise ValueError(f"{attribute.name} must be a non-negative timedelta, got {value!r}")
 
 
-def _aware(_: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _aware(_: object, attribute: attrs.Attribute[datetime | None], value: object) -> None:
     if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
         raise ValueError(f"{attribute.name} must be an aware datetime, got {value!r}")
 
