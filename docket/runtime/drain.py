@@ -573,7 +573,12 @@ class Drainer:
             and (task := run.active_tasks.get(o.task_id)) is not None
             and task.metadata.get("child_run_id") == o.child_run_id
         ]
-        if dispatch.resumed and not others and len(unchanged) == len(asked):
+        if (
+            dispatch.resumed
+            and not others
+            and not dispatch.decided
+            and len(unchanged) == len(asked)
+        ):
             dispatched = {a.task_id for a in dispatch.activations}
             later = [t.fires_at for k, t in run.timers.items() if k not in dispatched]
             return min([*(o.check_at for o in unchanged), *later])
