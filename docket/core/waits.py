@@ -29,11 +29,13 @@ from docket.proposals import At, External, Immediate, Wake
 from docket.records import (
     DEADLINE_KEY,
     MAILBOX_KEY,
+    START_AT_KEY,
     TASK_WAITING_MESSAGE,
     Run,
     RunFailure,
     RunStatus,
     format_timestamp,
+    parse_timestamp,
 )
 from docket.values import JSONDict, JSONValue
 
@@ -88,6 +90,9 @@ def resting_wake(run: Run, now: datetime) -> Wake:
     if run.status is RunStatus.WAITING and not run.active_tasks:
         return cap_wake(run, External())
     if not run.active_tasks:
+        start = run.metadata.get(START_AT_KEY) if run.step == 0 else None
+        if isinstance(start, str) and (begins := _timestamp(start)) is not None and begins > now:
+            return At(begins)  # a delayed start stays delayed
         return Immediate()
     timers = {k: t.fires_at for k, t in run.timers.items()}
     due = [
@@ -101,6 +106,13 @@ def resting_wake(run: Run, now: datetime) -> Wake:
     if not timers:
         return cap_wake(run, External())
     return cap_wake(run, At(min(timers.values())))
+
+
+def _timestamp(text: str) -> datetime | None:
+    try:
+        return parse_timestamp(text)
+    except ValueError:
+        return None
 
 
 # -- the mailbox ---------------------------------------------------------------------------

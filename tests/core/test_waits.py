@@ -20,7 +20,7 @@ from docket.core.waits import (
 from docket.graph.builder import GraphBuilder
 from docket.graph.compiler import RuntimeGraph, compile_graph
 from docket.graph.model import FINISH, START
-from docket.graph.nodes import NodeRegistry, Receive, Sleep, Update
+from docket.graph.nodes import NodeContext, NodeRegistry, NodeState, Receive, Sleep, Update
 from docket.graph.schema import S
 from docket.proposals import At, External
 from docket.records import (
@@ -39,11 +39,12 @@ def _graph(result: object) -> tuple[RuntimeGraph, NodeRegistry]:
     nodes = NodeRegistry()
 
     @nodes.node("t.wait")
-    def wait(state: object, ctx: object) -> object:
+    def wait(state: NodeState, ctx: NodeContext) -> Sleep | Receive:
+        assert isinstance(result, Sleep | Receive)
         return result
 
     @nodes.node("t.after")
-    def after(state: object, ctx: object) -> Update:
+    def after(state: NodeState, ctx: NodeContext) -> Update:
         return Update({"done": True})
 
     graph = (
@@ -133,7 +134,7 @@ def test_a_message_kept_before_the_wait_is_taken_at_once_exactly_once() -> None:
     assert pending_messages(moment.run) == ()
     assert accepted_keys(moment.run) == {"key-1"}  # the key outlives the message
     assert take_message(moment.run, "approval") is None
-    assert [e.type for e in moment.events][0] is EventType.MESSAGE_CONSUMED
+    assert moment.events[0].type is EventType.MESSAGE_CONSUMED
 
 
 def test_a_message_wait_that_times_out_writes_on_timeout() -> None:
