@@ -16,7 +16,7 @@ from docket import Docket, Receive, Sleep
 from docket.clock import ManualClock
 from docket.contract.capabilities import Capabilities
 from docket.contract.memory import MemoryBackend
-from docket.errors import InactiveRun, InvalidInput, Unsupported
+from docket.errors import InactiveRun, InvalidInput, NotRetryable, Unsupported
 from docket.graph.builder import GraphBuilder
 from docket.graph.model import FINISH, START, Graph
 from docket.graph.nodes import Interrupt, NodeContext, NodeRegistry, NodeState, Update
@@ -256,6 +256,8 @@ async def test_a_deadline_fails_a_sleeping_run_when_it_passes() -> None:
         assert failed.failure.code == "deadline_exceeded" and not t.calls
         with pytest.raises(InactiveRun):
             await docket.send(run.id, "answer", "late")
+        with pytest.raises(NotRetryable):
+            await docket.retry_run(run.id)
 
 
 @_sync
