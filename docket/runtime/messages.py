@@ -13,11 +13,46 @@ from collections.abc import Callable
 
 import attrs
 
+from docket.contract.capabilities import Feature
 from docket.contract.errors import NotFound
 from docket.contract.protocols import RunStore
+from docket.core.outcomes import Failed, Receiving, Sleeping, TaskOutcome, format_reason
 from docket.records import EventType, OwnerScope, Run
 
-__all__ = ["SendResult", "sent", "wait_for_holder"]
+__all__ = ["SendResult", "sent", "supported_waits", "unsupported_wait", "wait_for_holder"]
+
+
+def supported_waits(
+    outcomes: tuple[TaskOutcome, ...], features: frozenset[str]
+) -> tuple[TaskOutcome, ...]:
+    """``outcomes``, with each sleep or message wait the backend cannot keep (it lacks
+    ``timers`` / ``messages``) made a permanent failure that says so."""
+    timers, messages = Feature.TIMERS in features, Feature.MESSAGES in features
+    if timers and messages:
+        return outcomes
+    return tuple(
+        unsupported_wait(o, Feature.TIMERS)
+        if isinstance(o, Sleeping) and not timers
+        else unsupported_wait(o, Feature.MESSAGES)
+        if isinstance(o, Receiving) and not messages
+        else o
+        for o in outcomes
+    )
+
+
+def unsupported_wait(outcome: Sleeping | Receiving, feature: Feature) -> Failed:
+    """A sleep or message wait on a backend that does not declare ``feature``: the attempt
+    fails permanently, saying why (a graph cannot declare what its node code returns, so
+    this is found when the node returns, not when the run starts)."""
+    return Failed(
+        task_id=outcome.task_id,
+        node_id=outcome.node_id,
+        attempt=outcome.attempt,
+        reason=format_reason(
+            "unsupported", f"this backend does not declare {feature.value!r}, which it needs"
+        ),
+        retryable=False,
+    )
 
 
 @attrs.frozen(kw_only=True)

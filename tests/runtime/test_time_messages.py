@@ -304,3 +304,14 @@ def test_the_sync_twin_sends() -> None:
     with SyncDocket(TimedMemory(), nodes=NODES) as sync:
         run = sync.start_run(sync.save_graph(_graph("time.listen")))
         assert sync.send(run.id, "answer", "hi").message_seq == 1
+
+
+@_sync
+async def test_a_sleep_on_a_backend_without_timers_fails_the_attempt_saying_why() -> None:
+    t = _docket(features=False)
+    async with t.docket:
+        run = await t.docket.start_run(await t.docket.save_graph(_graph("time.nap")))
+        await t.docket.drain_due()
+        failed = await t.docket.fetch_run(run.id)
+        assert failed.status is RunStatus.FAILED
+        assert "unsupported" in str(failed.failure) and "'timers'" in str(failed.failure)
