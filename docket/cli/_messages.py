@@ -8,11 +8,43 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from docket.cli._common import _fail, _with_docket
-from docket.cli._output import _emit
+from docket.cli._output import _emit, one_line
+from docket.core.waits import pending_messages
 from docket.facade import Docket
+from docket.records import DEADLINE_KEY, TASK_SLEEPING, TASK_WAITING_MESSAGE, Run
 from docket.runtime.messages import SendResult
 
-__all__ = ["add_send", "add_time_options", "parse_duration", "parse_instant", "time_options"]
+__all__ = [
+    "add_send",
+    "add_time_options",
+    "parse_duration",
+    "parse_instant",
+    "print_waits",
+    "time_options",
+]
+
+
+def print_waits(run: Run) -> None:
+    """``runs show``: the run's deadline, what its parked attempts wait for (a time, a
+    message) and the messages kept for it."""
+    deadline = run.metadata.get(DEADLINE_KEY)
+    if isinstance(deadline, str):
+        print(f"deadline  {deadline} (then the run fails: deadline_exceeded)")
+    for task in sorted(run.active_tasks.values(), key=lambda t: t.task_id):
+        if task.status == TASK_SLEEPING:
+            print(f"sleeping  node {task.node_id} until {task.metadata.get('until')}")
+        elif task.status == TASK_WAITING_MESSAGE:
+            until = task.metadata.get("timeout_at")
+            limit = f" until {until}" if isinstance(until, str) else ""
+            print(
+                f"waiting   node {task.node_id} for a message on {task.metadata.get('topic')!r}{limit}"
+            )
+    kept = pending_messages(run)
+    if kept:
+        print(f"mailbox ({len(kept)} kept):")
+        for message in kept:
+            text = json.dumps(message.payload, ensure_ascii=False)
+            print(f"  #{message.seq} {message.topic!r} sent {message.sent_at}: {one_line(text)}")
 
 
 def parse_instant(text: str, option: str) -> datetime:

@@ -15,7 +15,7 @@ from docket.cli._common import (
     _with_docket,
 )
 from docket.cli._maps import _maps_json, _print_maps
-from docket.cli._messages import add_send, add_time_options, time_options
+from docket.cli._messages import add_send, add_time_options, print_waits, time_options
 from docket.cli._output import (
     _EVENT_HEADERS,
     _emit,
@@ -215,6 +215,7 @@ def _runs_show(args: argparse.Namespace) -> int:
     open_ones = [i for i in run.interrupts.values() if str(i.status) == "open"]
     for interrupt in open_ones:
         _print_open_interrupt(interrupt)
+    print_waits(run)
     if run.output is not None:
         print(f"output  {json.dumps(run.output, ensure_ascii=False)}")
     if run.failure is not None:

@@ -52,6 +52,10 @@ def test_runs_send_keeps_delivers_and_deduplicates(tmp_path: Path) -> None:
     again = docket_cli("runs", "send", "r1", "answer", '"yes"', "--key", "k1", "--json", env=env)
     assert again.returncode == 0, explain(again)
     assert json.loads(again.stdout)["result"] == "duplicate"
+    shown = docket_cli("runs", "show", "r1", env=env)
+    assert shown.returncode == 0, explain(shown)
+    assert "deadline  " in shown.stdout and "mailbox (1 kept):" in shown.stdout
+    assert "  #1 'answer' sent " in shown.stdout and shown.stdout.rstrip().endswith('"yes"')
 
     with SyncDocket(url, nodes=NODES) as docket:
         docket.start_run("listen", run_id="r2")
