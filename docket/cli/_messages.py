@@ -36,9 +36,8 @@ def print_waits(run: Run) -> None:
         elif task.status == TASK_WAITING_MESSAGE:
             until = task.metadata.get("timeout_at")
             limit = f" until {until}" if isinstance(until, str) else ""
-            print(
-                f"waiting   node {task.node_id} for a message on {task.metadata.get('topic')!r}{limit}"
-            )
+            topic = task.metadata.get("topic")
+            print(f"waiting   node {task.node_id} for a message on {topic!r}{limit}")
     kept = pending_messages(run)
     if kept:
         print(f"mailbox ({len(kept)} kept):")
