@@ -83,6 +83,7 @@ if str(ROOT) not in sys.path:  # run as ``python bench/chaos.py``
 
 from bench import chaos_app  # noqa: E402
 from bench.chaos_checks import Record, Verdict, check_children, check_record, n_of  # noqa: E402
+from bench.chaos_time import Messenger, Ticks, check_deadline  # noqa: E402
 from docket import SyncDocket  # noqa: E402
 from docket.errors import AlreadyResolved, Conflict, InactiveRun, NotRetryable  # noqa: E402
 from docket.records import InterruptStatus, RunStatus  # noqa: E402
@@ -310,10 +311,17 @@ class Driver:
     """Submits runs, answers their interrupts and retries the runs that fail on purpose
     (after fixing them), tolerating a store that is away."""
 
-    def __init__(self, docket: SyncDocket, graph: object, directory: Path) -> None:
+    def __init__(
+        self,
+        docket: SyncDocket,
+        graph: object,
+        directory: Path,
+        messenger: Messenger | None = None,
+    ) -> None:
         self.docket = docket
         self.graph = graph
         self.directory = directory
+        self.messenger = messenger
         self.submitted = 0
         self.resolved = 0
         self.retried = 0
@@ -343,13 +351,20 @@ class Driver:
         assert isinstance(self.graph, GraphRef)
         while self.submitted < count:
             run_id = run_id_of(self.submitted)
+            # every run has a deadline: a generous one, or one that must fire while it sleeps
+            short = chaos_app.deadline_fires(self.submitted)
+            timeout = chaos_app.SHORT_DEADLINE if short else chaos_app.LONG_DEADLINE
             try:
-                self.docket.start_run(self.graph, {"n": self.submitted}, run_id=run_id)
+                self.docket.start_run(
+                    self.graph, {"n": self.submitted}, run_id=run_id, timeout=timeout
+                )
             except Conflict:
                 pass  # an earlier try landed though its answer was lost
             except Exception:  # the store is away (each backend has its own error types)
                 self.store_errors += 1
                 return  # the store is away: try again next tick
+            if self.messenger is not None:
+                self.messenger.started(run_id)
             self.submitted += 1
 
     def statuses(self) -> dict[str, RunStatus] | None:
@@ -372,6 +387,8 @@ class Driver:
                 continue
             try:
                 run = self.docket.fetch_run(run_id)
+                if self.messenger is not None:
+                    self.messenger.waiting(run)
                 for interrupt in run.interrupts.values():
                     if interrupt.status is InterruptStatus.OPEN:
                         n = run.input["n"]
@@ -395,13 +412,17 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
     workers = Workers(store.url, directory, args.claim_ttl, args.poll, args.concurrency)
     restarts: list[tuple[float, float]] = []
     started = time.monotonic()
+    ticks = Ticks()
     with SyncDocket(store.url, nodes=chaos_app.NODES) as docket:
-        driver = Driver(docket, chaos_app.save_graphs(docket), directory)
+        messenger = Messenger(store.url)
+        driver = Driver(docket, chaos_app.save_graphs(docket), directory, messenger)
         if "orphan_child" in chaos_app.sabotage():
             start_orphan(docket)
         try:
             names = [workers.spawn() for _ in range(args.workers)]
             workers.wait_ready(names)
+            ticks.start(docket)
+            ticking = True
             # the kill phase: submissions and restarts are spread over it
             phase = max(args.min_kills * args.kill_interval, 1.0)
             phase_start = time.monotonic()
@@ -420,6 +441,8 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                 share = min(1.0, (now - phase_start) / (phase * 0.8))
                 driver.submit_until(round(args.runs * share))
                 killing = len(workers.killed) < args.min_kills or driver.submitted < args.runs
+                if ticking and not killing and not restart_at:
+                    ticking = not ticks.stop(docket)  # the store may be away: next tick
                 if killing and now >= next_kill and workers.live:
                     victim = rng.choice(sorted(workers.live))
                     workers.kill(victim)
@@ -446,6 +469,7 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                         driver.submitted == args.runs
                         and not killing
                         and not restart_at
+                        and not ticking
                         and finished == args.runs
                     ):
                         break
@@ -454,7 +478,10 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
             codes = workers.stop_all()
         finally:
             workers.kill_all()
-        verdict = verify(args, store, docket, directory, workers, restarts)
+            messenger.close()
+        verdict, timing = verify(
+            args, store, docket, directory, workers, restarts, messenger, ticks
+        )
     bad_exits = {name: code for name, code in codes.items() if code != 0}
     side = read_lines(directory, "side")
     print(
@@ -464,6 +491,7 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         "refused while the store was away, "
         f"{len(workers.failed_at_start)} workers died before opening it; {elapsed:.1f}s"
     )
+    print(f"chaos: {timing}")
     for text in verdict.problems:
         print(f"chaos: VIOLATION {text}")
     for name in workers.died:
@@ -477,10 +505,19 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         f"children={verdict.children} orphans={verdict.orphans} "
         f"missing_children={verdict.missing_children} "
         f"child_outputs_wrong={verdict.child_outputs_wrong} "
-        f"kills={len(workers.killed)} db_restarts={len(restarts)}"
+        f"kills={len(workers.killed)} db_restarts={len(restarts)} "
+        f"deadlines={verdict.deadlines} ticks={verdict.ticks} "
+        f"ticks_missed={verdict.ticks_missed} ticks_doubled={verdict.ticks_doubled} "
+        f"messages={verdict.messages} messages_lost={verdict.messages_lost} "
+        f"messages_doubled={verdict.messages_doubled}"
     )
     failed = (
         verdict.problems
+        or verdict.ticks_missed
+        or verdict.ticks_doubled
+        or verdict.messages_lost
+        or verdict.messages_doubled
+        or verdict.ticks == 0
         or workers.died
         or bad_exits
         or verdict.completed != args.runs
@@ -497,7 +534,9 @@ def verify(
     directory: Path,
     workers: Workers,
     restarts: list[tuple[float, float]],
-) -> Verdict:
+    messenger: Messenger,
+    ticks: Ticks,
+) -> tuple[Verdict, str]:
     verdict = Verdict()
     parents: dict[str, Record] = {}
     for run_id in (run_id_of(index) for index in range(args.runs)):
@@ -508,7 +547,9 @@ def verify(
             continue
         parents[run_id] = record
         run = record.run
-        if run.status is not RunStatus.DONE:
+        if chaos_app.deadline_fires(n_of(run_id)):
+            verdict.completed += check_deadline(run, verdict)
+        elif run.status is not RunStatus.DONE:
             verdict.lost += 1
             verdict.problem(f"{run_id}: {run.status}")
         else:
@@ -516,8 +557,11 @@ def verify(
             if run.output != chaos_app.expected_output(n_of(run_id)):
                 verdict.wrong_outputs += 1
                 verdict.problem(f"{run_id}: output {run.output}")
-    children = check_children(docket, parents, verdict)
-    records = {**parents, **children}
+    scheduled: dict[str, Record] = {}
+    children = check_children(docket, parents, verdict, scheduled)
+    summaries = [messenger.check(parents, verdict), ticks.check(scheduled, verdict)]
+    timing = "; ".join([*summaries, f"{verdict.deadlines} deadlines fired as they had to"])
+    records = {**parents, **children, **scheduled}
 
     # one recorded transition per checkpoint, counted in the store itself
     if store.raw_transitions is not None:
@@ -539,7 +583,10 @@ def verify(
     expected = {
         run_id: chaos_app.expected_tasks(n_of(run_id)) if run_id in parents else chaos_app.KID_TASKS
         for run_id in records
+        if run_id not in scheduled  # a tick's node logs nothing
     }
+    # a deadline that fires may stop a run (and its children) before any of its tasks
+    partial = {run_id for run_id in expected if chaos_app.deadline_fires(n_of(run_id))}
     # a child node's task runs no code: its child run's execution is checked instead
     completed = {
         run_id: {
@@ -549,8 +596,8 @@ def verify(
         }
         for run_id, record in records.items()
     }
-    check_side_log(args, directory, expected, completed, workers, restarts, verdict)
-    return verdict
+    check_side_log(args, directory, expected, partial, completed, workers, restarts, verdict)
+    return verdict, timing
 
 
 def start_orphan(docket: SyncDocket) -> None:
@@ -571,6 +618,7 @@ def check_side_log(
     args: argparse.Namespace,
     directory: Path,
     expected: dict[str, dict[tuple[str, int], int]],
+    partial: set[str],
     completed_tasks: dict[str, set[str]],
     workers: Workers,
     restarts: list[tuple[float, float]],
@@ -588,7 +636,9 @@ def check_side_log(
         per_run[run][(task_id.rsplit(":", 1)[1], attempt_no)] += 1
         executed[run].add(task_id)
     for run_id, tasks in expected.items():
-        if per_run[run_id] != Counter(tasks):
+        if run_id in partial and not per_run[run_id] - Counter(tasks):
+            pass  # no task beyond the expected ones
+        elif per_run[run_id] != Counter(tasks):
             verdict.problem(f"{run_id}: executed tasks {dict(per_run[run_id])}")
         missing = completed_tasks.get(run_id, set()) - executed[run_id]
         if missing:

@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from docket import (
@@ -72,8 +73,10 @@ from docket import (
     NodeRegistry,
     NodeState,
     R,
+    Receive,
     RetryPolicy,
     S,
+    Sleep,
     SyncDocket,
     TelemetryEvent,
 )
@@ -84,7 +87,7 @@ from docket.values import JSONValue
 
 NODES = NodeRegistry()
 FAN_OUT = ("f1", "f2", "f3")
-TRAIL = ["a", "b", *FAN_OUT, "join", "review", "total"]
+TRAIL = ["a", "b", *FAN_OUT, "join", "review", "t", "total"]
 JOIN_BACKOFF_MS = 300
 #: (node id, attempt) of every task one run executes; ``review`` runs twice (its interrupt,
 #: then again once answered), at two different steps, so it is two tasks.
@@ -95,6 +98,7 @@ EXPECTED_TASKS: dict[tuple[str, int], int] = {
     ("join", 1): 1,
     ("join", 2): 1,
     ("review", 1): 2,
+    ("t", 1): 1,
     ("total", 1): 1,
 }
 MAP_BACKOFF_MS = 100
@@ -111,8 +115,11 @@ def map_items(n: int) -> list[int]:
 
 
 def expected_tasks(n: int) -> dict[tuple[str, int], int]:
-    """:data:`EXPECTED_TASKS` plus the map's items (``m[i]``; item 1 twice, it fails once)."""
+    """:data:`EXPECTED_TASKS` plus the map's items (``m[i]``; item 1 twice, it fails once);
+    a run whose deadline fires never gets to ``total`` (and may stop earlier)."""
     tasks = dict(EXPECTED_TASKS)
+    if deadline_fires(n):
+        del tasks[("total", 1)]
     for index in range(len(map_items(n))):
         tasks[(f"m[{index}]", 1)] = 1
         if index == 1:
@@ -129,6 +136,43 @@ def expected_children(n: int) -> dict[tuple[str, int], int]:
         if index == 1:
             kids[(f"mk[{index}]", 2)] = 1
     return kids
+
+
+#: what node ``t`` does in run ``n`` (by ``n % 6``): nothing, sleep, or wait for the message
+#: the harness sends before the run waits (kept in its mailbox: ``early``) or once it waits
+#: (delivered in the send: ``late``), with or without a time-out that must never fire
+TIME_KINDS = ("none", "sleep", "early", "late", "early_timeout", "late_timeout")
+MESSAGE_KINDS = frozenset({"early", "late", "early_timeout", "late_timeout"})
+TOPIC = "chaos"
+#: one run in 50 gets a deadline that must fire while ``t`` sleeps for an hour
+DEADLINE_EVERY, DEADLINE_AT = 50, 21
+SHORT_DEADLINE = timedelta(seconds=20)
+#: every other run's deadline, and the waits' time-out: generous, never reached
+LONG_DEADLINE = timedelta(hours=1)
+MESSAGE_TIMEOUT = timedelta(minutes=30)
+
+
+def deadline_fires(n: int) -> bool:
+    return n % DEADLINE_EVERY == DEADLINE_AT
+
+
+def time_kind(n: int) -> str:
+    """What node ``t`` of run ``n`` does: one of :data:`TIME_KINDS`, or ``deadline``."""
+    return "deadline" if deadline_fires(n) else TIME_KINDS[n % len(TIME_KINDS)]
+
+
+def waits_for_message(n: int) -> bool:
+    return time_kind(n) in MESSAGE_KINDS
+
+
+def sleep_ms(n: int) -> int:
+    """How long ``t`` sleeps in a ``sleep`` run: 0.2 to 2 s."""
+    return 200 + 200 * (n % 10)
+
+
+def message_for(n: int) -> list[JSONValue]:
+    """The payload the harness sends run ``n`` (``t`` appends it to ``got``)."""
+    return [1000 + n]
 
 
 def kid_value(x: int) -> int:
@@ -181,6 +225,8 @@ def expected_output(n: int) -> dict[str, JSONValue]:
         "trail": list(TRAIL),
         "mapped": mapped,
         **child_fields(n),
+        "slept": [sleep_ms(n)] if time_kind(n) == "sleep" else [],
+        "got": message_for(n) if waits_for_message(n) else [],
     }
 
 
@@ -300,6 +346,26 @@ async def review(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue] | I
     return {"trail": [ctx.node_id]}
 
 
+@NODES.node("chaos_time")
+async def wait(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue] | Sleep | Receive:
+    """Sleep, or wait for the harness's message, as :func:`time_kind` says; the result is
+    written later, without running this code again."""
+    await _executed(ctx)
+    n = _n(state)
+    kind = time_kind(n)
+    trail: dict[str, JSONValue] = {"trail": [ctx.node_id]}
+    if kind == "deadline":
+        return Sleep(for_=timedelta(hours=1), update=trail)
+    if kind == "sleep":
+        return Sleep(
+            for_=timedelta(milliseconds=sleep_ms(n)), update={**trail, "slept": [sleep_ms(n)]}
+        )
+    if kind in MESSAGE_KINDS:
+        timeout = MESSAGE_TIMEOUT if kind.endswith("_timeout") else None
+        return Receive(TOPIC, into="got", update=trail, timeout=timeout)
+    return trail
+
+
 @NODES.node("chaos_total")
 async def total(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue] | Failure:
     await _executed(ctx)
@@ -342,6 +408,8 @@ def chaos_graph() -> GraphBuilder:
         .field("mapped", S.list(S.integer()), reducer=R.append())
         .field("kid", S.list(S.integer()))
         .field("kids", S.list(S.integer()), reducer=R.append())
+        .field("slept", S.list(S.integer()), reducer=R.append())
+        .field("got", S.list(S.integer()), reducer=R.append())
         .node("a", "chaos_chain")
         .node("b", "chaos_split")
         .node(
@@ -359,6 +427,7 @@ def chaos_graph() -> GraphBuilder:
         )
         .node("join", "chaos_flaky", retry=RetryPolicy(max_attempts=3, backoff_ms=JOIN_BACKOFF_MS))
         .node("review", "chaos_review")
+        .node("t", "chaos_time")
         .node("total", "chaos_total")
         .edge("to_a", START, "a")
         .edge("a_b", "a", "b")
@@ -371,23 +440,47 @@ def chaos_graph() -> GraphBuilder:
         .edge("b_mk", "b", "mk")
         .fan_in("join_parts", [*FAN_OUT, "m", "k", "mk"], "join")
         .edge("join_review", "join", "review")
-        .edge("review_total", "review", "total")
+        .edge("review_t", "review", "t")
+        .edge("t_total", "t", "total")
         .edge("end", "total", FINISH)
         .output("result")
         .output("trail")
         .output("mapped")
         .output("kid")
         .output("kids")
+        .output("slept")
+        .output("got")
+    )
+
+
+@NODES.node("chaos_tick")
+async def tick(state: NodeState, ctx: NodeContext) -> dict[str, JSONValue]:
+    # not in the side log: a schedule's runs are checked by their ticks (bench/chaos_time.py)
+    return {"ticked": True}
+
+
+def tick_graph() -> GraphBuilder:
+    """The graph the campaign's per-second schedule runs: one quick node."""
+    return (
+        GraphBuilder("chaos_tick")
+        .field("ticked", S.boolean())
+        .node("tick", "chaos_tick")
+        .edge("to_tick", START, "tick")
+        .edge("end", "tick", FINISH)
+        .output("ticked")
     )
 
 
 KID_GRAPH = kid_graph().build()
 GRAPH = chaos_graph().build()
+TICK_GRAPH = tick_graph().build()
 
 
 def save_graphs(docket: SyncDocket) -> GraphRef:
-    """Save the child graph, then the parent (whose save pins the child's version)."""
+    """Save the child graph, then the parent (whose save pins the child's version), and
+    the schedule's graph."""
     docket.save_graph(KID_GRAPH)
+    docket.save_graph(TICK_GRAPH)
     return docket.save_graph(GRAPH)
 
 

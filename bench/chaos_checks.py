@@ -52,6 +52,13 @@ class Verdict:
     orphans: int = 0
     missing_children: int = 0
     child_outputs_wrong: int = 0
+    deadlines: int = 0  # runs failed by the deadline that had to fire
+    messages: int = 0
+    messages_lost: int = 0
+    messages_doubled: int = 0
+    ticks: int = 0
+    ticks_missed: int = 0
+    ticks_doubled: int = 0
     problems: list[str] = attrs.field(factory=list)
 
     def problem(self, text: str) -> None:
@@ -168,10 +175,14 @@ def _expected_end(link: ParentLink) -> tuple[RunStatus, dict[str, object] | None
 
 
 def check_children(
-    docket: SyncDocket, parents: dict[str, Record], verdict: Verdict
+    docket: SyncDocket,
+    parents: dict[str, Record],
+    verdict: Verdict,
+    scheduled: dict[str, Record] | None = None,
 ) -> dict[str, Record]:
     """Every child run in the store against its parents' ``child_started`` events (see
-    the module docstring); returns the children's records."""
+    the module docstring); returns the children's records. The runs of the campaign's
+    schedule (graph ``chaos_tick``) are no children: their records go to ``scheduled``."""
     asked = _asked(parents, verdict)
     children: dict[str, Record] = {}
     linked: dict[Key, list[str]] = defaultdict(list)
@@ -181,6 +192,9 @@ def check_children(
         record = check_record(docket, ident, verdict)
         if record is None:
             verdict.problem(f"{ident}: listed, then not found")
+            continue
+        if record.run.graph_id == chaos_app.TICK_GRAPH.id and scheduled is not None:
+            scheduled[ident] = record
             continue
         children[ident] = record
         link = ParentLink.of(record.run)
@@ -196,6 +210,8 @@ def check_children(
             continue
         status, output = _expected_end(link)
         run = record.run
+        if run.status is RunStatus.CANCELLED and chaos_app.deadline_fires(n_of(link.run_id)):
+            continue  # its parent's deadline fired while it ran
         if run.status is not status or (output is not None and run.output != output):
             verdict.wrong_outputs += 1
             verdict.problem(f"{ident}: child ended {run.status} with {run.output}")
