@@ -69,13 +69,13 @@ def note(state: NodeState, ctx: NodeContext) -> Update:
     return Update({"log": ["noted"]})
 
 
-class TimedMemory(MemoryBackend):
-    """The memory backend with the durable-time features declared (until it declares them
-    itself); used to prove the runtime, not the store."""
+class UntimedMemory(MemoryBackend):
+    """The memory backend without the durable-time features, as a third-party backend
+    written against the contract before them would be."""
 
     def capabilities(self) -> Capabilities:
         caps = super().capabilities()
-        return attrs.evolve(caps, features=caps.features | {"timers", "messages"})
+        return attrs.evolve(caps, features=caps.features - {"timers", "messages"})
 
 
 def _graph(first: str, *, config: JSONDict | None = None, topics: bool = False) -> Graph:
@@ -105,7 +105,7 @@ class _Setup:
 
 def _docket(features: bool = True) -> _Setup:
     clock = ManualClock(T0)
-    backend = TimedMemory(clock=clock) if features else MemoryBackend(clock=clock)
+    backend = MemoryBackend(clock=clock) if features else UntimedMemory(clock=clock)
     calls: list[str] = []
     docket, _, _ = memory_docket(clock, backend, context={"calls": calls}, nodes=NODES)
     return _Setup(docket, clock, calls)
@@ -301,7 +301,7 @@ async def test_bad_times_and_missing_features_are_refused_before_anything_is_wri
 def test_the_sync_twin_sends() -> None:
     from docket import SyncDocket
 
-    with SyncDocket(TimedMemory(), nodes=NODES) as sync:
+    with SyncDocket(MemoryBackend(), nodes=NODES) as sync:
         run = sync.start_run(sync.save_graph(_graph("time.listen")))
         assert sync.send(run.id, "answer", "hi").message_seq == 1
 
