@@ -315,3 +315,25 @@ async def test_a_sleep_on_a_backend_without_timers_fails_the_attempt_saying_why(
         failed = await t.docket.fetch_run(run.id)
         assert failed.status is RunStatus.FAILED
         assert "unsupported" in str(failed.failure) and "'timers'" in str(failed.failure)
+
+
+@_sync
+async def test_a_deadline_fails_a_run_waiting_for_a_person() -> None:
+    t = _docket()
+    docket = t.docket
+    async with docket:
+        ref = await docket.save_graph(_graph("time.ask"))
+        run = await docket.start_run(ref, deadline=T0 + timedelta(minutes=10))
+        await docket.drain_due()
+        info = await docket.inspect_run(run.id)
+        assert info.run.status is RunStatus.WAITING and info.run.open_interrupts
+        assert info.wake_at == T0 + timedelta(minutes=10)  # External, capped at the deadline
+        t.clock.advance(timedelta(minutes=9))
+        await docket.drain_due()
+        assert (await docket.fetch_run(run.id)).status is RunStatus.WAITING
+        t.clock.advance(timedelta(minutes=1))
+        summary = await docket.drain_due()
+        assert [o.kind for o in summary.outcomes] == ["parked"]
+        failed = await docket.fetch_run(run.id)
+        assert failed.status is RunStatus.FAILED and failed.failure is not None
+        assert failed.failure.code == "deadline_exceeded" and not t.calls
