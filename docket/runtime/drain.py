@@ -325,7 +325,9 @@ class Drainer:
         if fetched.checkpoint_seq != lease.checkpoint_seq:
             await self._release(lease)
             return DrainOutcome(kind="fence_lost", run_id=run_id)
-        if fetched.status is not RunStatus.RUNNING:
+        # a waiting run is claimed only by a wake of durable time (a deadline, a message
+        # wait that gives up): advance decides what is due
+        if fetched.status is not RunStatus.RUNNING and fetched.status is not RunStatus.WAITING:
             await self._release(lease)
             return DrainOutcome(
                 kind="invariant", run_id=run_id, detail=f"claimed run is {fetched.status}"

@@ -69,13 +69,13 @@ def note(state: NodeState, ctx: NodeContext) -> Update:
     return Update({"log": ["noted"]})
 
 
-class TimedMemory(MemoryBackend):
-    """The memory backend with the durable-time features declared (until it declares them
-    itself); used to prove the runtime, not the store."""
+class UntimedMemory(MemoryBackend):
+    """The memory backend without the durable-time features, as a third-party backend
+    written against the contract before them would be."""
 
     def capabilities(self) -> Capabilities:
         caps = super().capabilities()
-        return attrs.evolve(caps, features=caps.features | {"timers", "messages"})
+        return attrs.evolve(caps, features=caps.features - {"timers", "messages"})
 
 
 def _graph(first: str, *, config: JSONDict | None = None, topics: bool = False) -> Graph:
@@ -105,7 +105,7 @@ class _Setup:
 
 def _docket(features: bool = True) -> _Setup:
     clock = ManualClock(T0)
-    backend = TimedMemory(clock=clock) if features else MemoryBackend(clock=clock)
+    backend = MemoryBackend(clock=clock) if features else UntimedMemory(clock=clock)
     calls: list[str] = []
     docket, _, _ = memory_docket(clock, backend, context={"calls": calls}, nodes=NODES)
     return _Setup(docket, clock, calls)
@@ -301,7 +301,7 @@ async def test_bad_times_and_missing_features_are_refused_before_anything_is_wri
 def test_the_sync_twin_sends() -> None:
     from docket import SyncDocket
 
-    with SyncDocket(TimedMemory(), nodes=NODES) as sync:
+    with SyncDocket(MemoryBackend(), nodes=NODES) as sync:
         run = sync.start_run(sync.save_graph(_graph("time.listen")))
         assert sync.send(run.id, "answer", "hi").message_seq == 1
 
@@ -315,3 +315,25 @@ async def test_a_sleep_on_a_backend_without_timers_fails_the_attempt_saying_why(
         failed = await t.docket.fetch_run(run.id)
         assert failed.status is RunStatus.FAILED
         assert "unsupported" in str(failed.failure) and "'timers'" in str(failed.failure)
+
+
+@_sync
+async def test_a_deadline_fails_a_run_waiting_for_a_person() -> None:
+    t = _docket()
+    docket = t.docket
+    async with docket:
+        ref = await docket.save_graph(_graph("time.ask"))
+        run = await docket.start_run(ref, deadline=T0 + timedelta(minutes=10))
+        await docket.drain_due()
+        info = await docket.inspect_run(run.id)
+        assert info.run.status is RunStatus.WAITING and info.run.open_interrupts
+        assert info.wake_at == T0 + timedelta(minutes=10)  # External, capped at the deadline
+        t.clock.advance(timedelta(minutes=9))
+        await docket.drain_due()
+        assert (await docket.fetch_run(run.id)).status is RunStatus.WAITING
+        t.clock.advance(timedelta(minutes=1))
+        summary = await docket.drain_due()
+        assert [o.kind for o in summary.outcomes] == ["parked"]
+        failed = await docket.fetch_run(run.id)
+        assert failed.status is RunStatus.FAILED and failed.failure is not None
+        assert failed.failure.code == "deadline_exceeded" and not t.calls
