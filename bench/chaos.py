@@ -18,7 +18,9 @@ The campaign starts ``--workers`` ``docket worker --app bench.chaos_app:create``
 processes and submits ``--runs`` runs of the graph in :mod:`bench.chaos_app` (a chain, a
 fan-out with a fan-in barrier, a node that fails its first attempt and is retried after a
 backoff timer, an interrupt this harness answers, a map over a list whose length depends
-on the input, a child run, and a map of child runs, one per item). Submissions are spread
+on the input, a child run, a map of child runs, one per item, and a node that sleeps or
+waits for a message the harness sends, in some runs past a deadline that must fire: see
+:mod:`bench.chaos_time`). Every run has a deadline. Submissions are spread
 over the kill phase; every ``--kill-interval`` seconds a random worker gets SIGKILL and a
 fresh one is started in its place, until at least ``--min-kills`` kills happened and every
 run is submitted; ``--restart-db`` restarts of the server are spread over the same phase. Then
@@ -44,10 +46,16 @@ the workers drain what is left, are stopped with SIGTERM, and the harness checks
   sibling task) when one of the run was logged during that drain, else by the claim
   expiring under a stalled live worker;
 * no worker process died on its own, and each stopped cleanly (exit 0) at the end.
+* durable time (:mod:`bench.chaos_time`): each message the harness sent, accepted, was
+  consumed by exactly one ``message_consumed`` event, and each re-send with its key came
+  back a duplicate; the runs whose deadline must fire failed with ``deadline_exceeded``;
+  each tick of the per-second schedule (created when the kill phase starts, deleted when
+  it ends) started exactly one run.
 
 The last line is ``chaos: backend=<name> runs=R completed=C lost=L duplicate_commits=D
 gaps=G wrong_outputs=W children=K orphans=O missing_children=M child_outputs_wrong=X
-kills=K db_restarts=N``; the exit status is 1 on any violation.
+kills=K db_restarts=N deadlines=D ticks=T ticks_missed=0 ticks_doubled=0 messages=M
+messages_lost=0 messages_doubled=0``; the exit status is 1 on any violation.
 
 ``--measure-recovery M`` measures the recovery bound instead: M times, a victim worker
 hangs in its node executions (keeping its claims alive with heartbeats), is killed at a
@@ -83,7 +91,7 @@ if str(ROOT) not in sys.path:  # run as ``python bench/chaos.py``
 
 from bench import chaos_app  # noqa: E402
 from bench.chaos_checks import Record, Verdict, check_children, check_record, n_of  # noqa: E402
-from bench.chaos_time import Messenger, Ticks, check_deadline  # noqa: E402
+from bench.chaos_time import MIN_TICKING, Messenger, Ticks, check_deadline  # noqa: E402
 from docket import SyncDocket  # noqa: E402
 from docket.errors import AlreadyResolved, Conflict, InactiveRun, NotRetryable  # noqa: E402
 from docket.records import InterruptStatus, RunStatus  # noqa: E402
@@ -441,7 +449,8 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                 share = min(1.0, (now - phase_start) / (phase * 0.8))
                 driver.submit_until(round(args.runs * share))
                 killing = len(workers.killed) < args.min_kills or driver.submitted < args.runs
-                if ticking and not killing and not restart_at:
+                ticked = now - phase_start >= MIN_TICKING
+                if ticking and ticked and not killing and not restart_at:
                     ticking = not ticks.stop(docket)  # the store may be away: next tick
                 if killing and now >= next_kill and workers.live:
                     victim = rng.choice(sorted(workers.live))

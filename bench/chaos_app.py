@@ -22,7 +22,9 @@ the environment the harness sets for each process:
   map writes its result twice, as if it had landed twice), ``child_twice`` (the child of
   item 0 of run ``chaos-00006``'s child map returns its result twice, as if its hand-off
   had landed twice), ``orphan_child`` (the harness itself starts a run that names
-  ``chaos-00002`` as its parent although no ``child_started`` event asked for it);
+  ``chaos-00002`` as its parent although no ``child_started`` event asked for it), and the
+  harness's own ``message_lost``, ``message_twice``, ``tick_missed`` and ``tick_doubled``
+  (:mod:`bench.chaos_time`);
 * ``DOCKET_CHAOS_HOLD_AFTER`` — when set to N, node executions after the N-th of this
   process hang (after logging a ``hold`` line), so the process keeps claims on runs in
   mid-flight, heartbeating them, until it is killed (the recovery measurement's victim).
@@ -48,8 +50,15 @@ timer. In every run with ``needs_fix(n)``, ``total`` fails permanently until the
 "fixes" it (a file ``fixed-<run id>`` in the campaign directory) and retries the failed run
 with ``retry_run``: the reopen is a committing transition like the others, and its run
 executes ``total``'s attempt 1 twice, the second explained by the retry. ``review`` asks
-for ``approval`` with an interrupt the harness answers with ``approval_for(n)``. ``total``
-writes ``sum(parts) + approval + n``. The output is computed from the input alone
+for ``approval`` with an interrupt the harness answers with ``approval_for(n)``.
+``t`` (:func:`time_kind`, by ``n % 6``) does nothing, sleeps 0.2 to 2 s (``Sleep``, whose
+update appends the milliseconds to ``slept``), or waits for a message on topic ``chaos``
+(``Receive`` into ``got``; half of them with a 30-minute time-out that must not fire) that
+the harness sends before the run waits or once it waits; in one run in 50 it sleeps an
+hour past the run's 20-second deadline, which must fail the run with
+``deadline_exceeded`` (every other run gets a deadline an hour away). The graph
+``chaos_tick`` (one quick node) is what the campaign's per-second schedule runs.
+``total`` writes ``sum(parts) + approval + n``. The output is computed from the input alone
 (:func:`expected_output`), so a lost or doubled write shows.
 """
 

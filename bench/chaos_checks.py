@@ -15,7 +15,9 @@ same (task, attempt). The checks, each counted on the campaign's last line:
 * ``child_outputs_wrong``: done parents whose fields written by child nodes
   (``kid``, ``kids``) are not exactly each child's result once, in item order.
 
-Each child's own record is checked like a parent's (event sequences, checkpoint marks,
+The runs of the campaign's schedule (graph ``chaos_tick``) are handed back apart
+(:mod:`bench.chaos_time` checks them); a child that its parent's deadline cancelled is
+accepted. Each child's own record is checked like a parent's (event sequences, checkpoint marks,
 no claim, not poisoned) and its end must be the expected one: ``failed`` for the child
 that fails on purpose, else ``done`` with ``y = [3 x + 1]`` for its input.
 """

@@ -52,10 +52,13 @@ from docket.records import (
 )
 from docket.values import JSONValue
 
-__all__ = ["SCHEDULE_ID", "Messenger", "Ticks", "check_deadline", "tick_run_id"]
+__all__ = ["MIN_TICKING", "SCHEDULE_ID", "Messenger", "Ticks", "check_deadline", "tick_run_id"]
 
 SCHEDULE_ID = "chaos-ticks"
-RESEND_EVERY = 2  # one message run in two gets its message a second time, same key
+#: the message runs among ``n % 12 < 6`` get their message a second time, same key
+RESEND_BLOCK = 12
+#: seconds the schedule ticks at least, however short the kill phase
+MIN_TICKING = 6.0
 RETRY_PAUSE = 0.2  # seconds between tries of a send the store refused
 DEADLINE = "deadline_exceeded"
 
@@ -118,7 +121,7 @@ class Messenger:
     # -- the sending thread ------------------------------------------------------------
 
     def _queue_new(self, run_id: str, key: str, payload: list[JSONValue]) -> None:
-        resend = n_of(run_id) % (2 * RESEND_EVERY) < RESEND_EVERY and key == message_key(run_id)
+        resend = n_of(run_id) % RESEND_BLOCK < RESEND_BLOCK // 2 and key == message_key(run_id)
         message = Message(run_id, key, payload, resend)
         self.messages[key] = message
         self._queue.put(message)

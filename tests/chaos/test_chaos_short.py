@@ -10,13 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench import chaos_app
+
 ROOT = Path(__file__).resolve().parents[2]
 LAST_LINE = re.compile(
     r"chaos: backend=(?P<backend>\w+) runs=(?P<runs>\d+) completed=(?P<completed>\d+) "
     r"lost=(?P<lost>\d+) duplicate_commits=(?P<duplicate_commits>\d+) gaps=(?P<gaps>\d+) "
     r"wrong_outputs=(?P<wrong_outputs>\d+) children=(?P<children>\d+) orphans=(?P<orphans>\d+) "
     r"missing_children=(?P<missing_children>\d+) child_outputs_wrong=(?P<child_outputs_wrong>\d+) "
-    r"kills=(?P<kills>\d+) db_restarts=(?P<db_restarts>\d+)"
+    r"kills=(?P<kills>\d+) db_restarts=(?P<db_restarts>\d+) deadlines=(?P<deadlines>\d+) "
+    r"ticks=(?P<ticks>\d+) ticks_missed=(?P<ticks_missed>\d+) "
+    r"ticks_doubled=(?P<ticks_doubled>\d+) messages=(?P<messages>\d+) "
+    r"messages_lost=(?P<messages_lost>\d+) messages_doubled=(?P<messages_doubled>\d+)"
 )
 
 
@@ -24,6 +29,17 @@ def children_of(runs: int) -> int:
     """Every run starts one child for ``k`` and one per map item of ``mk`` (``n % 4`` of
     them), item 1 twice (its first child fails on purpose)."""
     return sum(1 + n % 4 + (n % 4 > 1) for n in range(runs))
+
+
+def deadlines_of(runs: int) -> int:
+    """One run in 50 (``n % 50 == 21``) sleeps past a deadline that must fail it."""
+    return sum(chaos_app.deadline_fires(n) for n in range(runs))
+
+
+def messages_of(runs: int) -> int:
+    """Every run whose node ``t`` waits for a message is sent one (its re-sends are the
+    same message)."""
+    return sum(chaos_app.waits_for_message(n) for n in range(runs))
 
 
 def _campaign(*options: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -82,8 +98,16 @@ def test_short_chaos_campaigns_on_every_backend_lose_nothing() -> None:
             "child_outputs_wrong": "0",
             "kills": match["kills"],
             "db_restarts": str(restarts[backend]),
+            "deadlines": str(deadlines_of(runs)),
+            "ticks": match["ticks"],
+            "ticks_missed": "0",
+            "ticks_doubled": "0",
+            "messages": str(messages_of(runs)),
+            "messages_lost": "0",
+            "messages_doubled": "0",
         }
         assert int(match["kills"]) >= kills
+        assert int(match["ticks"]) >= 5
         print("\n" + last)
 
 
@@ -157,3 +181,33 @@ def test_the_campaign_reports_an_orphaned_child_and_a_child_output_applied_twice
     ) == ("8", str(children_of(8) + 1), "1", "0", "1", "2"), stdout[-3000:]
     assert "VIOLATION chaos-00002:2:k:1@99: an orphan" in stdout
     assert "VIOLATION chaos-00006: fields written by children" in stdout
+
+
+def test_the_campaign_reports_lost_and_doubled_messages_and_ticks() -> None:
+    """The negative control of the time checks: the harness sends one message nothing
+    takes and re-sends one without its key; it takes a tick's run id with a run of its
+    own (no schedule metadata) and starts a second run for the first tick."""
+    env = dict(
+        os.environ, DOCKET_CHAOS_SABOTAGE="message_lost,message_twice,tick_missed,tick_doubled"
+    )
+    proc = _campaign(
+        *("--backend", "sqlite", "--workers", "2", "--runs", "8", "--min-kills", "0"),
+        *("--kill-interval", "600", "--timeout", "120"),
+        env=env,
+    )
+    stdout, _ = proc.communicate(timeout=200)
+    assert proc.returncode == 1, stdout[-6000:]
+    match = LAST_LINE.fullmatch(stdout.strip().splitlines()[-1])
+    assert match is not None, stdout[-3000:]
+    assert (
+        match["completed"],
+        match["wrong_outputs"],
+        match["messages"],
+        match["messages_lost"],
+        match["messages_doubled"],
+        match["ticks_missed"],
+        match["ticks_doubled"],
+    ) == ("8", "0", str(messages_of(8) + 1), "1", "1", "1", "1"), stdout[-3000:]
+    assert "VIOLATION chaos-00000:extra: sent and accepted, never consumed" in stdout
+    assert "VIOLATION chaos-00002:msg: consumed 1 times, received 1 times, accepted 2" in stdout
+    assert "VIOLATION tick " in stdout and ": no run" in stdout
