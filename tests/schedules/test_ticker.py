@@ -163,7 +163,7 @@ def test_a_worker_ticks_and_runs_scheduled_runs() -> None:
 
 
 async def _a_worker_ticks_and_runs_scheduled_runs() -> None:
-    docket, backend, clock = manual_docket()
+    docket, _backend, clock = manual_docket()
     async with docket:
         await docket.save_graph(report_graph())
         await docket.create_schedule("w", "report", cron="* * * * *", input={"team": "ops"})
