@@ -163,3 +163,21 @@ def test_the_sync_twins_mirror_the_schedule_methods() -> None:
         made = docket.create_schedule("s", "report", cron="* * * * *", input={"team": "a"})
         assert docket.list_schedules().schedules == (made,)
     assert inspect.getdoc(SyncScheduleMethods.create_schedule)
+
+
+def test_schedule_errors_read_as_sentences() -> None:
+    from tests.facade.test_error_wording import DOUBLED
+
+    with SyncDocket(MemoryBackend(), nodes=nodes) as docket:
+        docket.save_graph(report_graph())
+        with pytest.raises(errors.InvalidSchedule) as bad:
+            docket.create_schedule("s", "report", cron="61 * * * *", timezone="Nowhere/City")
+        with pytest.raises(errors.NotFound) as missing:
+            docket.get_schedule("ghost")
+    assert str(bad.value) == (
+        "invalid_schedule: schedule 's' cannot be created: timezone 'Nowhere/City' is not an "
+        "IANA time zone name; cron '61 * * * *' is not a valid cron expression: Bad minute"
+    )
+    assert str(missing.value) == "not_found: no such schedule 'ghost'"
+    for text in (str(bad.value), str(missing.value)):
+        assert not DOUBLED.search(text), text
