@@ -81,13 +81,14 @@ _INFO_COLUMNS = (
 #: Due, unclaimed runs, oldest wake first (served by a partial index).
 READY_SQL = (
     "SELECT wake_at_us, run_id, tenant, claim_attempts FROM docket_runs "
-    "WHERE status = 'running' AND poisoned_at_us IS NULL AND claim_token IS NULL "
+    "WHERE status IN ('running', 'waiting') AND poisoned_at_us IS NULL AND claim_token IS NULL "
     "AND wake_at_us <= ? ORDER BY wake_at_us, run_id, tenant LIMIT ?"
 )
 #: Claimed runs whose claim expired, oldest claim first (served by a partial index).
 EXPIRED_SQL = (
     "SELECT claimed_at_us, run_id, tenant, claim_attempts FROM docket_runs "
-    "WHERE status = 'running' AND poisoned_at_us IS NULL AND claim_token IS NOT NULL "
+    "WHERE status IN ('running', 'waiting') AND poisoned_at_us IS NULL "
+    "AND claim_token IS NOT NULL "
     "AND claimed_at_us < ? ORDER BY claimed_at_us, run_id, tenant LIMIT ?"
 )
 
