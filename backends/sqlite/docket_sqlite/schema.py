@@ -12,6 +12,8 @@ Conventions of the schema:
   document longer than :data:`RUN_PIECE_BYTES` is cut into pieces of that size
   (version 2): the first in ``docket_runs.run_json``, the rest in
   ``docket_run_parts``; their concatenation is the document, byte for byte.
+* Cron schedules (version 3) are ``docket_schedules`` rows: the ``schedule_to_json``
+  document beside ``version`` (the fence) and ``due_at_us`` (NULL when paused).
 * CHECK constraints state the operational-tuple invariants, so the file itself refuses
   an impossible row, whoever writes it; triggers make run identity, events and
   recorded transitions immutable.

@@ -277,6 +277,19 @@ def test_concurrent_updates_from_several_connections_one_wins_per_version(tmp_pa
             assert current.version == round_ + 2
             stored = await backends[round_ % 4].schedules.fetch_schedule(TENANTLESS, "s")
             assert stored == current, "the stored document is the winner's"
+        # one connection too: writes queued together share a transaction (group commit),
+        # each in its own savepoint, and the fence still admits only the first
+        one = backends[0].schedules
+        results = await asyncio.gather(
+            *(
+                one.update_schedule(
+                    TENANTLESS, attrs.evolve(current, metadata={"by": index}), current.version
+                )
+                for index in range(6)
+            )
+        )
+        assert sum(isinstance(r, CronSchedule) for r in results) == 1, results
+        assert sum(isinstance(r, StaleCheckpoint) for r in results) == 5, results
         for backend in backends:
             await backend.close()
 
