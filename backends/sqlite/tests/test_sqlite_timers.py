@@ -10,7 +10,11 @@ waiting row with a wake or a claim, and the claim queries read running runs only
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -282,7 +286,18 @@ def test_a_version_2_file_is_refused_then_migrated_keeping_every_row(tmp_path: P
         assert await backend.schema_versions() == (2, SCHEMA_VERSION)
 
     asyncio.run(refused())
-    assert migrate(old) == (2, SCHEMA_VERSION) == (2, 3)
+    env = {k: v for k, v in os.environ.items() if k != "DOCKET_BACKEND"}
+    done = subprocess.run(
+        [sys.executable, "-m", "docket.cli", "migrate", "--backend", f"sqlite:///{old}", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, f"docket migrate exited {done.returncode}:\n{done.stderr[-3000:]}"
+    assert json.loads(done.stdout) == {"from_version": 2, "to_version": SCHEMA_VERSION}
+    assert SCHEMA_VERSION == 3 and migrate(old) == (3, 3), "a second migration is a no-op"
     # migrate's own connection enforces foreign keys: the rebuild must not have let the
     # dropped table take its events, pieces and transitions with it
     assert _rows(old) == before
