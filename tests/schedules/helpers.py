@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
+
+from docket_sqlite import SQLiteBackend
 
 from docket import FINISH, START, GraphBuilder, NodeContext, NodeRegistry, NodeState, S, Update
 from docket.clock import ManualClock
 from docket.contract.memory import MemoryBackend
+from docket.contract.protocols import Backend
 from docket.facade import Docket
 from docket.graph.model import Graph
 
@@ -33,7 +37,12 @@ def report_graph(graph_id: str = "report") -> Graph:
     )
 
 
-def manual_docket(clock: ManualClock | None = None) -> tuple[Docket, MemoryBackend, ManualClock]:
+def manual_docket(
+    clock: ManualClock | None = None, *, sqlite: Path | None = None
+) -> tuple[Docket, Backend, ManualClock]:
+    """A Docket on a manual clock over a memory backend, or over a SQLite file."""
     clock = clock or ManualClock(T0)
-    backend = MemoryBackend(clock=clock)
+    backend: Backend = (
+        MemoryBackend(clock=clock) if sqlite is None else SQLiteBackend(sqlite, clock=clock)
+    )
     return Docket(backend, nodes=nodes, poll_interval=0.05, claim_ttl=2), backend, clock

@@ -3,7 +3,7 @@ backend on a manual clock, so in-process ``docket`` commands see each other's wr
 
 from __future__ import annotations
 
-from docket.contract.memory import MemoryBackend
+from docket.contract.protocols import Backend
 from docket.facade import Docket
 from tests.schedules.helpers import manual_docket, nodes
 
@@ -14,7 +14,7 @@ def create() -> Docket:
     return Docket(BACKEND, nodes=nodes)
 
 
-def reset() -> MemoryBackend:
+def reset() -> Backend:
     global DOCKET, BACKEND, CLOCK
     DOCKET, BACKEND, CLOCK = manual_docket()
     return BACKEND

@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from pathlib import Path
 
-import attrs
+import pytest
 
-from docket.records import SCHEDULE_KEY, RunStatus
+from docket.contract.protocols import ScheduleStore
+from docket.records import SCHEDULE_KEY, TENANTLESS, RunStatus
 from docket.runtime.graphs import GraphCache
 from docket.runtime.lifecycle import random_ids
 from docket.runtime.schedules import ScheduleTicker
 from docket.settings import Settings
 from tests.schedules.helpers import T0, manual_docket, nodes, report_graph
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Path | None:
+    """Each test on the memory reference store and on a real SQLite file."""
+    return None if request.param == "memory" else tmp_path / "schedules.db"
 
 
 def ticker_of(backend: object) -> ScheduleTicker:
@@ -30,12 +38,12 @@ async def all_runs(docket: object) -> list[str]:
     return sorted(r.id for r in page.runs)
 
 
-def test_racing_tickers_start_exactly_one_run_per_tick() -> None:
-    asyncio.run(_racing_tickers_start_exactly_one_run_per_tick())
+def test_racing_tickers_start_exactly_one_run_per_tick(store: Path | None) -> None:
+    asyncio.run(_racing_tickers_start_exactly_one_run_per_tick(store))
 
 
-async def _racing_tickers_start_exactly_one_run_per_tick() -> None:
-    docket, backend, clock = manual_docket()
+async def _racing_tickers_start_exactly_one_run_per_tick(store: Path | None) -> None:
+    docket, backend, clock = manual_docket(sqlite=store)
     async with docket:
         await docket.save_graph(report_graph())
         await docket.create_schedule(
@@ -63,12 +71,16 @@ async def _racing_tickers_start_exactly_one_run_per_tick() -> None:
         }
 
 
-def test_a_crash_between_start_and_advance_repeats_the_tick_and_only_advances() -> None:
-    asyncio.run(_a_crash_between_start_and_advance_repeats_the_tick_and_only_advances())
+def test_a_crash_between_start_and_advance_repeats_the_tick_and_only_advances(
+    store: Path | None,
+) -> None:
+    asyncio.run(_a_crash_between_start_and_advance_repeats_the_tick_and_only_advances(store))
 
 
-async def _a_crash_between_start_and_advance_repeats_the_tick_and_only_advances() -> None:
-    docket, backend, clock = manual_docket()
+async def _a_crash_between_start_and_advance_repeats_the_tick_and_only_advances(
+    store: Path | None,
+) -> None:
+    docket, backend, clock = manual_docket(sqlite=store)
     async with docket:
         await docket.save_graph(report_graph())
         await docket.create_schedule("s", "report", cron="* * * * *", input={"team": "a"})
@@ -77,9 +89,8 @@ async def _a_crash_between_start_and_advance_repeats_the_tick_and_only_advances(
         await ticker_of(backend).tick()
         # put the schedule back as if the advance never landed (the run stays)
         stored = await docket.get_schedule("s")
-        await backend.schedules.update_schedule(
-            docket._owner(None), attrs.evolve(before), stored.version
-        )
+        schedules: ScheduleStore = backend.schedules  # type: ignore[attr-defined]
+        await schedules.update_schedule(TENANTLESS, before, stored.version)
         again = ticker_of(backend)
         await again.tick()
         assert again.report.started == []
@@ -88,12 +99,14 @@ async def _a_crash_between_start_and_advance_repeats_the_tick_and_only_advances(
         assert await all_runs(docket) == ["s@20260601T120100Z"]
 
 
-def test_a_ticker_down_for_an_hour_catches_up_per_policy_and_no_further() -> None:
-    asyncio.run(_a_ticker_down_for_an_hour_catches_up_per_policy_and_no_further())
+def test_a_ticker_down_for_an_hour_catches_up_per_policy_and_no_further(store: Path | None) -> None:
+    asyncio.run(_a_ticker_down_for_an_hour_catches_up_per_policy_and_no_further(store))
 
 
-async def _a_ticker_down_for_an_hour_catches_up_per_policy_and_no_further() -> None:
-    docket, backend, clock = manual_docket()
+async def _a_ticker_down_for_an_hour_catches_up_per_policy_and_no_further(
+    store: Path | None,
+) -> None:
+    docket, backend, clock = manual_docket(sqlite=store)
     async with docket:
         await docket.save_graph(report_graph())
         await docket.create_schedule(
@@ -120,12 +133,12 @@ async def _a_ticker_down_for_an_hour_catches_up_per_policy_and_no_further() -> N
             )
 
 
-def test_overlap_skip_and_buffer_one_against_an_unfinished_run() -> None:
-    asyncio.run(_overlap_skip_and_buffer_one_against_an_unfinished_run())
+def test_overlap_skip_and_buffer_one_against_an_unfinished_run(store: Path | None) -> None:
+    asyncio.run(_overlap_skip_and_buffer_one_against_an_unfinished_run(store))
 
 
-async def _overlap_skip_and_buffer_one_against_an_unfinished_run() -> None:
-    docket, backend, clock = manual_docket()
+async def _overlap_skip_and_buffer_one_against_an_unfinished_run(store: Path | None) -> None:
+    docket, backend, clock = manual_docket(sqlite=store)
     async with docket:
         await docket.save_graph(report_graph())
         for sid, overlap in (("skip", "skip"), ("buf", "buffer_one"), ("allow", "allow")):
@@ -158,12 +171,12 @@ async def _overlap_skip_and_buffer_one_against_an_unfinished_run() -> None:
         assert [r for r in runs if r.startswith("skip@")] == ["skip@20260601T120100Z"]
 
 
-def test_a_worker_ticks_and_runs_scheduled_runs() -> None:
-    asyncio.run(_a_worker_ticks_and_runs_scheduled_runs())
+def test_a_worker_ticks_and_runs_scheduled_runs(store: Path | None) -> None:
+    asyncio.run(_a_worker_ticks_and_runs_scheduled_runs(store))
 
 
-async def _a_worker_ticks_and_runs_scheduled_runs() -> None:
-    docket, _backend, clock = manual_docket()
+async def _a_worker_ticks_and_runs_scheduled_runs(store: Path | None) -> None:
+    docket, _backend, clock = manual_docket(sqlite=store)
     async with docket:
         await docket.save_graph(report_graph())
         await docket.create_schedule("w", "report", cron="* * * * *", input={"team": "ops"})
