@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
+from docket import SyncDocket
 from docket.cli import main
+from tests.cli.helpers import docket_cli, explain
 from tests.schedules import memory_app
-from tests.schedules.helpers import report_graph
+from tests.schedules.helpers import nodes, report_graph
 
 APP = ["--app", "tests.schedules.memory_app:create"]
 
@@ -82,3 +85,29 @@ def test_a_bad_cron_is_refused_with_its_reason(capsys: pytest.CaptureFixture[str
     assert "invalid_schedule" in err or "not a valid cron expression" in err
     code, out, _ = cli(capsys, "schedules", "list", "--json")
     assert json.loads(out) == []
+
+
+def test_the_installed_command_against_a_sqlite_file(tmp_path: Path) -> None:
+    """The real ``docket`` script, one process per command, sharing a SQLite file."""
+    db = tmp_path / "app.db"
+    with SyncDocket(f"sqlite:///{db}", nodes=nodes) as docket:
+        docket.save_graph(report_graph())
+    env = {"DOCKET_BACKEND": f"sqlite:///{db}"}
+    created = docket_cli(
+        "schedules", "create", "hourly", "report", "--cron", "0 * * * *",
+        "--input", '{"team": "ops"}', "--json", env=env,
+    )  # fmt: skip
+    assert created.returncode == 0, explain(created)
+    assert json.loads(created.stdout)["cron"] == "0 * * * *"
+    bad = docket_cli("schedules", "create", "b", "report", "--cron", "0 * * *", env=env)
+    assert bad.returncode == 1 and "invalid_schedule" in bad.stderr, explain(bad)
+    triggered = docket_cli("schedules", "trigger", "hourly", "--json", env=env)
+    assert triggered.returncode == 0, explain(triggered)
+    assert json.loads(triggered.stdout)["run_id"].startswith("hourly@manual-")
+    paused = docket_cli("schedules", "pause", "hourly", env=env)
+    assert paused.returncode == 0, explain(paused)
+    listed = docket_cli("schedules", "list", env=env)
+    assert listed.returncode == 0, explain(listed)
+    header, row = listed.stdout.splitlines()
+    assert header.split()[:4] == ["ID", "GRAPH", "CRON", "TIMEZONE"]
+    assert row.startswith("hourly") and " yes " in row and "0 * * * *" in row

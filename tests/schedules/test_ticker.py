@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from docket.contract.protocols import ScheduleStore
+from docket.errors import InvalidSettings
+from docket.facade import Docket
 from docket.records import SCHEDULE_KEY, TENANTLESS, RunStatus
 from docket.runtime.graphs import GraphCache
 from docket.runtime.lifecycle import random_ids
@@ -191,3 +193,27 @@ async def _a_worker_ticks_and_runs_scheduled_runs(store: Path | None) -> None:
                 await asyncio.sleep(0.025)
         assert run is not None and run.id == "w@20260601T120100Z"
         assert (await docket.fetch_run(run.id)).output == {"report": "report for ops"}
+
+
+def test_a_worker_ticks_at_most_every_schedule_poll() -> None:
+    async def scenario() -> None:
+        docket, _, _ = manual_docket()
+        docket = Docket(docket.backend, nodes=nodes, poll_interval=0.01, schedule_poll=3600)
+        async with docket:
+            worker = docket.worker()
+            async with worker:
+                for _ in range(3000):  # until the worker has polled many times
+                    if worker.stats.polls >= 20:
+                        break
+                    await asyncio.sleep(0.01)
+            assert worker.stats.polls >= 20
+            assert worker._ticker is not None and worker._ticker.report.passes == 1
+
+    asyncio.run(scenario())
+
+
+def test_schedule_poll_must_be_positive_or_none() -> None:
+    assert Settings().schedule_interval == Settings().poll_interval
+    assert Settings(schedule_poll=0.5).schedule_interval == 0.5
+    with pytest.raises(InvalidSettings, match="schedule_poll must be a positive number"):
+        Settings(schedule_poll=0).validate()
