@@ -93,9 +93,11 @@ def step(
             ),
             skipped=skipped,
         )
-    return Step(  # skip (or buffer_one already holding a tick): the tick starts nothing
+    # skip: the tick starts nothing, and neither does any other tick due now (the run
+    # that blocks it is still going), so the cursor jumps past them all in one write
+    return Step(
         start=None,
-        schedule=attrs.evolve(schedule, next_tick_at=following, updated_at=now),
+        schedule=attrs.evolve(schedule, next_tick_at=spec.first_after(now), updated_at=now),
         skipped=(*skipped, tick),
     )
 

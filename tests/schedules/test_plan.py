@@ -221,3 +221,11 @@ def test_a_yearly_tick_moves_the_cursor_a_year_on() -> None:
     decided = step(cron, s, utc(2027, 1, 1) + timedelta(seconds=1), previous_unfinished=False)
     assert decided.start == utc(2027, 1, 1)
     assert decided.schedule is not None and decided.schedule.next_tick_at == utc(2028, 1, 1)
+
+
+def test_skip_passes_every_tick_due_now_in_one_step() -> None:
+    s = schedule(overlap=Overlap.SKIP, last_run_id="nightly@x", catchup_ms=3_600_000)
+    now = T0 + timedelta(minutes=30, seconds=5)
+    decided = step(spec(s.cron), s, now, previous_unfinished=True)
+    assert decided.start is None and decided.schedule is not None
+    assert decided.schedule.next_tick_at == T0 + timedelta(minutes=31)  # one write, not 30
