@@ -217,3 +217,27 @@ def test_schedule_poll_must_be_positive_or_none() -> None:
     assert Settings(schedule_poll=0.5).schedule_interval == 0.5
     with pytest.raises(InvalidSettings, match="schedule_poll must be a positive number"):
         Settings(schedule_poll=0).validate()
+
+
+def test_a_tenants_schedule_starts_its_runs_in_that_tenant(store: Path | None) -> None:
+    async def scenario() -> None:
+        _, backend, clock = manual_docket(sqlite=store)
+        docket = Docket(backend, nodes=nodes, tenant_mode="required")
+        async with docket:
+            for tenant in ("acme", "globex"):
+                await docket.save_graph(report_graph(), tenant_id=tenant)
+                await docket.create_schedule(
+                    "daily", "report", cron="* * * * *", input={"team": tenant}, tenant_id=tenant
+                )
+            clock.advance(timedelta(minutes=1))
+            await ticker_of(backend).tick()
+            for tenant in ("acme", "globex"):
+                run = await docket.fetch_run("daily@20260601T120100Z", tenant_id=tenant)
+                assert run.input == {"team": tenant}
+            everyone = await docket.list_schedules(all_tenants=True)
+            assert [(s.id, s.tenant_id) for s in everyone.schedules] == [
+                ("daily", "acme"),
+                ("daily", "globex"),
+            ]
+
+    asyncio.run(scenario())
