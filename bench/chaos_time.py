@@ -234,7 +234,7 @@ class Ticks:
     first: datetime | None = None  # the first tick (next_tick_at when created)
     last: datetime | None = None  # the last tick it processed (last_tick_at at the end)
     next: datetime | None = None  # where its cursor was when paused
-    problems: list[str] = attrs.field(factory=list)
+    paused: bool = False
 
     def start(self, docket: SyncDocket) -> None:
         from docket.records import Overlap
@@ -265,8 +265,10 @@ class Ticks:
     def stop(self, docket: SyncDocket) -> bool:
         """Pause, read and delete the schedule (``False``: the store refused, try again)."""
         try:
-            paused: CronSchedule = docket.pause_schedule(SCHEDULE_ID)
-            self.last, self.next = paused.last_tick_at, paused.next_tick_at
+            if not self.paused:  # a retry after the pause landed must not read it again
+                paused: CronSchedule = docket.pause_schedule(SCHEDULE_ID)
+                self.last, self.next = paused.last_tick_at, paused.next_tick_at
+                self.paused = True
             docket.delete_schedule(SCHEDULE_ID)
         except Exception:  # the store is away (each backend has its own error types)
             return False
