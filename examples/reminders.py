@@ -55,12 +55,14 @@ def remind(state: NodeState, ctx: NodeContext) -> Receive:
     """Remind, then wait for the acknowledgement (a message on topic "ack")."""
     seconds = ctx.config["ack_within_s"]
     assert isinstance(seconds, int | float)
+    reminded = f"reminded {state['who']}"
     return Receive(
         "ack",
         into="ack",
-        update={"log": [f"reminded {state['who']}"]},
+        update={"log": [reminded]},  # written with the acknowledgement
         timeout=timedelta(seconds=seconds),
-        on_timeout={"log": ["no answer: escalated to the manager"], "escalated": True},
+        # written instead when none comes in time
+        on_timeout={"log": [reminded, "no answer: escalated to the manager"], "escalated": True},
     )
 
 
