@@ -120,6 +120,8 @@ class RedisBackend:
             Feature.NOTIFY,
             Feature.REOPEN_FAILED,
             Feature.CHILD_RUNS,
+            Feature.TIMERS,
+            Feature.MESSAGES,
             Feature.SCHEDULES,
         }
         nodes = self._persistence

@@ -21,6 +21,8 @@ _ALWAYS = frozenset(
         Feature.NOTIFY,
         Feature.REOPEN_FAILED,
         Feature.CHILD_RUNS,
+        Feature.TIMERS,
+        Feature.MESSAGES,
         Feature.SCHEDULES,
     }
 )
