@@ -12,7 +12,10 @@ from docket_redis._engine import RedisEngine
 from docket_redis.errors import SchemaTooNew, SchemaTooOld, corrupt
 
 #: The version of the key layout this release reads and writes.
-SCHEMA_VERSION = 2  # 2: long run documents in pieces (lua/doc_pieces.lua)
+#: 2: long run documents in pieces (lua/doc_pieces.lua); 3: durable time — waiting runs
+#: with a wake in the ready zset, sleeping / message-waiting tasks in run documents — and
+#: the schedule keys (see :mod:`docket_redis.keys`)
+SCHEMA_VERSION = 3
 
 
 async def check_schema(engine: RedisEngine) -> None:
@@ -48,6 +51,12 @@ async def migrate(engine: RedisEngine) -> tuple[int | None, int]:
     new version, after which layout-1 code refuses the namespace. Stop workers of
     the old release first: one still running would write whole documents beside
     pieces it does not know of.
+
+    Layout 3 adds keys and rewrites none: a layout-2 namespace holds no waiting run with
+    a wake (no release before could write one) and no schedule. Recording 3 is what
+    matters: layout-2 code would claim a waiting run due at its deadline, and read run
+    documents holding sleeping tasks, without knowing either, so it must refuse the
+    namespace from then on.
     """
     found, current = await schema_versions(engine)
     key = engine.ns.schema

@@ -8,6 +8,8 @@ How it is put together (one module per concern):
   :mod:`docket_redis._claims`), :mod:`docket_redis._events`,
   :mod:`docket_redis._transitions` — one class per contract store, over the engine.
   Validation is in Python, decisions in Lua (see ``_transitions``).
+* :mod:`docket_redis._schedules` — the schedule store; every schedule of the namespace
+  under one hash tag (the exception to the rule below, see :mod:`docket_redis.keys`).
 * :mod:`docket_redis._schema` — the layout version; :mod:`docket_redis._persistence` —
   what each primary does to keep writes; :mod:`docket_redis._documents` — long run
   documents in pieces; :mod:`docket_redis._codec` — script answers and run summaries.
@@ -37,6 +39,7 @@ from docket_redis._events import RedisEvents
 from docket_redis._graphs import RedisGraphs
 from docket_redis._persistence import NodePersistence, read_persistence, warn_durability
 from docket_redis._runs import RedisRuns
+from docket_redis._schedules import RedisSchedules
 from docket_redis._schema import SCHEMA_VERSION
 from docket_redis._transitions import RedisTransitions
 from docket_redis.url import Target, parse_url
@@ -85,6 +88,7 @@ class RedisBackend:
         self._runs = RedisRuns(self._engine)
         self._events = RedisEvents(self._engine)
         self._transitions = RedisTransitions(self._engine)
+        self._schedules = RedisSchedules(self._engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> RedisBackend:
@@ -112,7 +116,14 @@ class RedisBackend:
 
     def capabilities(self) -> Capabilities:
         """Declared features; ``durable``/``durable.fsync`` reflect the server after open()."""
-        features: set[str] = {Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.CHILD_RUNS}
+        features: set[str] = {
+            Feature.NOTIFY,
+            Feature.REOPEN_FAILED,
+            Feature.CHILD_RUNS,
+            Feature.TIMERS,
+            Feature.MESSAGES,
+            Feature.SCHEDULES,
+        }
         nodes = self._persistence
         if nodes and all(node.durable for node in nodes):
             features.add(Feature.DURABLE)
@@ -135,6 +146,12 @@ class RedisBackend:
     @property
     def transitions(self) -> RedisTransitions:
         return self._transitions
+
+    @property
+    def schedules(self) -> RedisSchedules:
+        """``ScheduleStore`` (``Feature.SCHEDULES``): every tenant's schedules under one
+        hash tag (see :mod:`docket_redis._schedules`)."""
+        return self._schedules
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ key                       type    content
 ``T:tx:<run_id>``         hash    transition_id -> digest of the committed proposal
 ``T:ev:<run_id>``         hash    ``<seq>`` -> event JSON, ``d<seq>`` -> content digest
 ``T:ei:<run_id>``         zset    seq -> seq (retained sequences, for paging and bounds)
-``T:ready``               zset    run_id -> wake_at us (healthy, running, unclaimed)
-``T:claimed``             zset    run_id -> claimed_at us (healthy, running, claimed)
+``T:ready``               zset    run_id -> wake_at us (healthy, unclaimed, with a wake)
+``T:claimed``             zset    run_id -> claimed_at us (healthy, claimed)
 ``T:sum``                 hash    run_id -> ``<order>|<summary JSON>`` (list_runs)
 ``T:ix``                  zset    ``<time key of started_at>:<run_id>``, one score (lex)
 ``T:ix:s:<status>``       zset    the same, runs of one status
@@ -27,6 +27,31 @@ key                       type    content
 ``T:g:<graph_id>``        hash    ``d:<hash>`` -> document, ``p:<hash>`` -> published us
 ``T:gv:<graph_id>``       zset    ``<time key of published_at>:<hash>``, one score (lex)
 ========================  ======  =====================================================
+
+``T:ready`` holds every unclaimed run with a wake: running runs, and (layout 3, durable
+time) waiting runs due at a time — a deadline or a message wait's timeout. A waiting run
+without a wake (``External``) is in neither zset, so it is never claimed.
+
+**Schedules** (layout 3) are not per scope: every tenant's schedules are listed and
+due-indexed together, so they all live under one tag ``S = {<prefix>:schedules}`` and
+one script can fence a write and move its indexes atomically. The trade-off: all
+schedules sit on one cluster slot (one primary). They are few and change once per tick,
+so that node serves them easily; a deployment with very many schedules would spread
+them by sharding the tag, which costs the single ordered ``due_schedules`` read.
+(``schedules`` cannot be an owner part, which is ``-`` or ``t:…``.)
+
+========================  ======  =====================================================
+key                       type    content
+========================  ======  =====================================================
+``S:doc``                 hash    member -> schedule JSON (``schedule_to_json``)
+``S:ix``                  zset    member, one score (lex): every schedule
+``S:ix:<owner part>``     zset    member, one score (lex): one owner scope's
+``S:due``                 zset    member -> ``due_at`` us (paused or done: absent)
+========================  ======  =====================================================
+
+A member is :func:`schedule_member`: ``(id, tenant or "")`` in bytes whose lexical order
+is that tuple's order, the listing order (``ScheduleCursor``); equal ``due_at`` scores
+therefore come back in listing order too.
 """
 
 from __future__ import annotations
@@ -122,6 +147,7 @@ class Namespace:
         self.order = f"{home}:order"
         self.schema = f"{home}:schema"
         self.channel = f"{self.prefix}:wake"
+        self.schedules = ScheduleKeys(self.escaped)
 
     @property
     def scope_pattern(self) -> str:
@@ -179,10 +205,35 @@ class ScopeKeys:
         return f"{self.tag}:gv:{graph_id}"
 
 
+class ScheduleKeys:
+    """The keys of every schedule of one namespace; all share one hash tag."""
+
+    def __init__(self, prefix: str) -> None:
+        self.tag = f"{{{prefix}:schedules}}"
+        self.documents = f"{self.tag}:doc"
+        self.index = f"{self.tag}:ix"
+        self.due = f"{self.tag}:due"
+
+    def by_owner(self, owner: OwnerScope) -> str:
+        return f"{self.tag}:ix:{owner_part(owner)}"
+
+
+def schedule_member(schedule_id: str, tenant_id: str | None) -> bytes:
+    """``(schedule_id, tenant_id or "")`` as bytes whose lexical order is the tuple's.
+
+    UTF-8 keeps code point order; a NUL in the id is written ``00 01`` and the two parts
+    are joined by ``00 00``, so an id that is a prefix of another sorts first and the
+    first ``00 00`` always ends the id.
+    """
+    head = schedule_id.encode().replace(b"\x00", b"\x00\x01")
+    return head + b"\x00\x00" + (tenant_id or "").encode()
+
+
 __all__ = [
     "STATUS_ORDER",
     "TIME_KEY_WIDTH",
     "Namespace",
+    "ScheduleKeys",
     "ScopeKeys",
     "check_prefix",
     "index_member",
@@ -190,5 +241,6 @@ __all__ = [
     "member_micros",
     "owner_of_part",
     "owner_part",
+    "schedule_member",
     "time_key",
 ]

@@ -73,6 +73,8 @@ SCRIPT_NAMES: Final = (
     "register",
     "read_run",
     "set_layout",
+    "schedule_write",
+    "schedule_read",
 )
 #: How a script takes in a shared piece of Lua (``lua/<lib>.lua``): a line of its own.
 _INCLUDE: Final = re.compile(rb"^-- #include (\w+)\n", re.MULTILINE)

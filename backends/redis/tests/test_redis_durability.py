@@ -16,7 +16,16 @@ from docket.contract import EventListQuery, Feature, Limits
 from docket.records import EventPage, Run, RunInfo, Tenant
 
 #: Declared whatever the server's persistence.
-_ALWAYS = frozenset({Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.CHILD_RUNS})
+_ALWAYS = frozenset(
+    {
+        Feature.NOTIFY,
+        Feature.REOPEN_FAILED,
+        Feature.CHILD_RUNS,
+        Feature.TIMERS,
+        Feature.MESSAGES,
+        Feature.SCHEDULES,
+    }
+)
 
 
 @pytest.mark.parametrize(
