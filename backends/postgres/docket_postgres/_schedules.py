@@ -57,9 +57,12 @@ _LIST_OWNER: Final = (
     "AND (%s::text IS NULL OR (schedule_id, tenant) > (%s::text, %s::text)) "
     "ORDER BY schedule_id LIMIT %s"
 )
+# the moment is a sub-select (evaluated once) so it bounds the index scan: a bare
+# clock_timestamp() is volatile, and would only filter a walk of every future row
 _DUE: Final = (
     "SELECT document FROM @schema@.schedules "
-    "WHERE due_at IS NOT NULL AND due_at <= coalesce(%s::timestamptz, clock_timestamp()) "
+    "WHERE due_at IS NOT NULL "
+    "AND due_at <= (SELECT coalesce(%s::timestamptz, clock_timestamp())) "
     "ORDER BY due_at, schedule_id, tenant LIMIT %s"
 )
 _NUL: Final = "PostgreSQL text cannot hold NUL characters"

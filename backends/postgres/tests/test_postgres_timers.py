@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from docket_contract_tests.fixtures import (
     claimed,
@@ -22,6 +23,7 @@ from docket_contract_tests.fixtures import (
     unclaimed,
 )
 from docket_postgres import PostgresBackend
+from docket_postgres.testing import connect as admin
 from docket_postgres.testing import open_backend as opened
 
 from docket.clock import ManualClock
@@ -272,6 +274,43 @@ def test_a_message_commit_takes_a_claimed_running_run_as_memory_does(
             due = await _claim(backend, T0)
             assert [lease.run_id for lease in due.leases] == ["m"], "due again, at once"
         finally:
+            await backend.close()
+
+    asyncio.run(body())
+
+
+def test_live_holds_a_waiting_runs_wake_but_never_a_wake_and_a_claim(
+    pg_url: str, schema_name: Names
+) -> None:
+    """The CHECK constraints of version 7, written by hand: a waiting run may have a wake
+    or a claim (or poison), never a wake and a claim together."""
+
+    async def body() -> None:
+        schema = schema_name("checks")
+        backend = await opened(pg_url, schema, clock=ManualClock(T0))
+        conn = await admin(pg_url)
+        try:
+            ref = await _graph(backend, TENANTLESS)
+            await _parked(backend, TENANTLESS, ref, "w", External())
+            where = "WHERE tenant = '' AND run_id = 'w'"
+            now = "'2026-07-01T12:00:00+00'"
+            for legal in (
+                f"wake_at = {now}",
+                f"wake_at = NULL, claim_token = 'x', claimed_at = {now}",
+                f"claim_token = NULL, claimed_at = NULL, poisoned_at = {now}, poison_reason = 'p'",
+            ):
+                await conn.execute(f'UPDATE "{schema}".live SET {legal} {where}'.encode())
+            await conn.execute(
+                f'UPDATE "{schema}".live SET poisoned_at = NULL, poison_reason = NULL, '
+                f"wake_at = {now} {where}".encode()
+            )
+            with pytest.raises(psycopg.errors.IntegrityError):
+                await conn.execute(
+                    f"UPDATE \"{schema}\".live SET claim_token = 'x', claimed_at = {now} "
+                    f"{where}".encode()
+                )
+        finally:
+            await conn.close()
             await backend.close()
 
     asyncio.run(body())
