@@ -38,10 +38,13 @@ _INSERT: Final = (
     "VALUES (%s, %s, %s, %s::timestamptz, %s) ON CONFLICT DO NOTHING RETURNING version"
 )
 _FETCH: Final = "SELECT document FROM @schema@.schedules WHERE tenant = %s AND schedule_id = %s"
-# the fence: the row changes only if it still holds the version the caller read
+# the fence: the row changes only if it still holds the version the caller read — and
+# the very document this update was built over (a schedule deleted and created again
+# in between is at version 1 again, with another identity)
 _UPDATE: Final = (
     "UPDATE @schema@.schedules SET version = %s, due_at = %s::timestamptz, document = %s "
-    "WHERE tenant = %s AND schedule_id = %s AND version = %s RETURNING version"
+    "WHERE tenant = %s AND schedule_id = %s AND version = %s AND document = %s "
+    "RETURNING version"
 )
 _DELETE: Final = (
     "DELETE FROM @schema@.schedules WHERE tenant = %s AND schedule_id = %s RETURNING version"
@@ -101,9 +104,10 @@ class PostgresSchedules:
         schedule_id = _id_of(schedule)
         if not storable(key, schedule_id):
             return NotFound("schedule")
-        current = await self._read(key, schedule_id)
-        if current is None:
+        found = await self._read_raw(key, schedule_id)
+        if found is None:
             return NotFound("schedule")
+        current, read = found
         new = for_update(current, schedule, expected_version, engine.limits)
         data = check_limit(new, engine.limits)
         if isinstance(data, TooLarge):
@@ -112,7 +116,7 @@ class PostgresSchedules:
             return _stale(current, expected_version)
         rows = await engine.fetch(
             engine.q(_UPDATE),
-            (new.version, new.due_at, data, key, schedule_id, expected_version),
+            (new.version, new.due_at, data, key, schedule_id, expected_version, read),
             write=True,
         )
         if rows:
@@ -179,9 +183,17 @@ class PostgresSchedules:
     # -- rows -------------------------------------------------------------------------------------
 
     async def _read(self, key: str, schedule_id: str) -> CronSchedule | None:
+        found = await self._read_raw(key, schedule_id)
+        return None if found is None else found[0]
+
+    async def _read_raw(self, key: str, schedule_id: str) -> tuple[CronSchedule, bytes] | None:
+        """The stored schedule and the bytes it was decoded from."""
         engine = self._engine
         rows = await engine.fetch(engine.q(_FETCH), (key, schedule_id), write=False)
-        return _decode(rows[0]) if rows else None
+        if not rows:
+            return None
+        data = bytes(rows[0][0])
+        return _decode((data,)), data
 
     @staticmethod
     def _decoded(rows: list[Row]) -> list[CronSchedule]:

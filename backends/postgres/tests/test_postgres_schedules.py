@@ -305,3 +305,40 @@ def test_bad_input_is_refused_and_changes_nothing(pg_url: str, schema_name: Name
             await backend.close()
 
     asyncio.run(body())
+
+
+def test_an_update_over_a_schedule_recreated_meanwhile_is_stale(
+    pg_url: str, schema_name: Names, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between an update's read and its fenced write another connection deletes the
+    schedule and creates it again (version 1 again, another identity): the write must
+    not land on the new one with the old one's identity."""
+
+    async def body() -> None:
+        schema = schema_name("recreate")
+        backend = await opened(pg_url, schema, clock=ManualClock(T0))
+        other = await opened(pg_url, schema, clock=ManualClock(T0))
+        try:
+            owner = Tenant("acme")
+            old = await _created(backend, owner, _schedule("s"))
+            store = backend.schedules
+            read = store._read_raw
+
+            async def read_then_recreate(key: str, schedule_id: str) -> object:
+                found = await read(key, schedule_id)
+                monkeypatch.setattr(store, "_read_raw", read)  # only the first read
+                assert await other.schedules.delete_schedule(owner, "s")
+                await _created(other, owner, _schedule("s", created_at=T0 + MINUTE))
+                return found
+
+            monkeypatch.setattr(store, "_read_raw", read_then_recreate)
+            got = await store.update_schedule(owner, attrs.evolve(old, paused=True), 1)
+            assert isinstance(got, StaleCheckpoint), got
+            stored = await store.fetch_schedule(owner, "s")
+            assert isinstance(stored, CronSchedule)
+            assert (stored.created_at, stored.paused, stored.version) == (T0 + MINUTE, False, 1)
+        finally:
+            await other.close()
+            await backend.close()
+
+    asyncio.run(body())
