@@ -9,16 +9,18 @@ How it is put together (one module per concern, all private):
 * one module per contract store, each one class over that engine:
   :mod:`~docket_postgres._graphs` (``GraphStore``), :mod:`~docket_postgres._runs`
   (``RunStore``: run reads and claims, and ``ClaimedRuns``),
-  :mod:`~docket_postgres._events` (``EventStore``) and
+  :mod:`~docket_postgres._events` (``EventStore``),
   :mod:`~docket_postgres._transitions` (``TransitionStore``, ``ChainedCommits``,
   ``ClaimedStarts``), whose writes are sent alone or grouped by
-  :mod:`~docket_postgres._writes`;
+  :mod:`~docket_postgres._writes`, and :mod:`~docket_postgres._schedules`
+  (``ScheduleStore``);
 * :mod:`docket_postgres.schema` — the DDL, the PL/pgSQL functions and the migrations.
 
 Every write is one call of a PL/pgSQL function in the store's schema: one round trip,
 one transaction, all or nothing. This module holds the bundle: the arguments and their
-checks, the four stores, capabilities, lifecycle, the clock and wake-ups (the engine's),
-migrations, and the extras of this backend (``prune``, the listener).
+checks, the four stores and the schedule store, capabilities, lifecycle, the clock and
+wake-ups (the engine's), migrations, and the extras of this backend (``prune``, the
+listener).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from docket_postgres._engine import INT4_MAX, Engine
 from docket_postgres._events import PostgresEvents
 from docket_postgres._graphs import PostgresGraphs
 from docket_postgres._runs import PostgresRuns
+from docket_postgres._schedules import PostgresSchedules
 from docket_postgres._transitions import PostgresTransitions
 from docket_postgres.notify import Listener
 from docket_postgres.schema import SCHEMA_VERSION, apply_migrations, read_version, schema_sql
@@ -137,6 +140,7 @@ class PostgresBackend:
         self._runs = PostgresRuns(self._engine)
         self._events = PostgresEvents(self._engine)
         self._transitions = PostgresTransitions(self._engine, commit_lanes)
+        self._schedules = PostgresSchedules(self._engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> PostgresBackend:
@@ -168,7 +172,15 @@ class PostgresBackend:
 
     def capabilities(self) -> Capabilities:
         engine = self._engine
-        features = {Feature.DURABLE, Feature.PRUNE, Feature.REOPEN_FAILED, Feature.CHILD_RUNS}
+        features = {
+            Feature.DURABLE,
+            Feature.PRUNE,
+            Feature.REOPEN_FAILED,
+            Feature.CHILD_RUNS,
+            Feature.TIMERS,
+            Feature.MESSAGES,
+            Feature.SCHEDULES,
+        }
         if engine.notify:
             features.add(Feature.NOTIFY)
         if engine.durable_fsync:
@@ -192,6 +204,11 @@ class PostgresBackend:
     @property
     def transitions(self) -> PostgresTransitions:
         return self._transitions
+
+    @property
+    def schedules(self) -> PostgresSchedules:
+        """Cron schedules (``ScheduleStore``, ``Feature.SCHEDULES``)."""
+        return self._schedules
 
     # -- migrations (docket.contract.Migratable) --------------------------------------------------
 

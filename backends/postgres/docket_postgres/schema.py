@@ -47,7 +47,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from docket_postgres._schema import V1, V2, V3, V4, V5, V6
+from docket_postgres._schema import V1, V2, V3, V4, V5, V6, V7
 from docket_postgres.errors import (
     PermanentStoreError,
     SchemaTooNew,
@@ -57,7 +57,7 @@ from docket_postgres.errors import (
 )
 from docket_postgres.url import check_schema_name
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 NOTIFY_CHANNEL: Final = "docket_wake"
 
 #: One step of the schema's history: applying ``statements`` to version ``version - 1``
@@ -72,10 +72,19 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     (4, V4),
     (5, V5),
     (6, V6),
+    (7, V7),
 )
 
 #: Tables and functions a schema at :data:`SCHEMA_VERSION` must have (the shape check).
-REQUIRED_TABLES: Final = ("meta", "graphs", "runs", "live", "events", "transitions")
+REQUIRED_TABLES: Final = (
+    "meta",
+    "graphs",
+    "runs",
+    "live",
+    "events",
+    "transitions",
+    "schedules",
+)
 REQUIRED_FUNCTIONS: Final = (
     "save_graph",
     "initialize_run",

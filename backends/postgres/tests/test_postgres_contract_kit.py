@@ -43,6 +43,7 @@ CLAIM_INVARIANTS = ",".join(
         "CLAIM-TTL-SUBMILLISECOND",
         "CLAIMED-START",
         "COMMIT-RESETS-HEALTH",
+        "MESSAGE-UNCLAIMED-ANY",
         "RACE-ABANDON-VS-STEAL",
         "RACE-COMMIT-VS-STEAL",
         "RACE-RELEASE-VS-STEAL",
@@ -53,6 +54,8 @@ CLAIM_INVARIANTS = ",".join(
         "SIGNAL-CLEARS-POISON",
         "T-REOPEN-1",
         "T-REOPEN-2",
+        "TIMER-DELAYED-START",
+        "TIMER-WAITING-DUE",
     ]
 )
 

@@ -13,9 +13,9 @@ _INITIALIZE_RUNS_V5_ARGS: Final = rewritten(
     INITIALIZE_RUNS_V3_ARGS,
     (("timestamptz[], timestamptz, integer[]", "timestamptz[], text[], timestamptz, integer[]"),),
 )
-_CLAIM_DUE_ARGS: Final = "integer, interval, integer, text, timestamptz, boolean"
+CLAIM_DUE_ARGS: Final = "integer, interval, integer, text, timestamptz, boolean"
 # Probing a key, whatever the statistics say (the set-wise functions' SET clauses below).
-_INDEX_PROBES: Final = (
+INDEX_PROBES: Final = (
     "SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off"
 )
 
@@ -33,7 +33,7 @@ _INDEX_PROBES: Final = (
 # 16 rows instead of 1000, so the claim statement reads the claimed runs' documents by
 # key rather than by scanning ``runs`` for them.
 V6: Final[tuple[str, ...]] = (
-    f"ALTER FUNCTION @schema@.commit_runs({_COMMIT_RUNS_V3_ARGS}) {_INDEX_PROBES}",
-    f"ALTER FUNCTION @schema@.initialize_runs({_INITIALIZE_RUNS_V5_ARGS}) {_INDEX_PROBES}",
-    f"ALTER FUNCTION @schema@.claim_due({_CLAIM_DUE_ARGS}) {_INDEX_PROBES} ROWS 16",
+    f"ALTER FUNCTION @schema@.commit_runs({_COMMIT_RUNS_V3_ARGS}) {INDEX_PROBES}",
+    f"ALTER FUNCTION @schema@.initialize_runs({_INITIALIZE_RUNS_V5_ARGS}) {INDEX_PROBES}",
+    f"ALTER FUNCTION @schema@.claim_due({CLAIM_DUE_ARGS}) {INDEX_PROBES} ROWS 16",
 )
