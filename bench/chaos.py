@@ -557,7 +557,7 @@ def verify(
         parents[run_id] = record
         run = record.run
         if chaos_app.deadline_fires(n_of(run_id)):
-            verdict.completed += check_deadline(run, verdict)
+            verdict.completed += check_deadline(record, verdict)
         elif run.status is not RunStatus.DONE:
             verdict.lost += 1
             verdict.problem(f"{run_id}: {run.status}")
@@ -569,7 +569,13 @@ def verify(
     scheduled: dict[str, Record] = {}
     children = check_children(docket, parents, verdict, scheduled)
     summaries = [messenger.check(parents, verdict), ticks.check(scheduled, verdict)]
-    timing = "; ".join([*summaries, f"{verdict.deadlines} deadlines fired as they had to"])
+    timing = "; ".join(
+        [
+            *summaries,
+            f"{verdict.deadlines} deadlines fired as they had to "
+            f"({verdict.deadlines_asleep} while t slept)",
+        ]
+    )
     records = {**parents, **children, **scheduled}
 
     # one recorded transition per checkpoint, counted in the store itself

@@ -55,6 +55,7 @@ class Verdict:
     missing_children: int = 0
     child_outputs_wrong: int = 0
     deadlines: int = 0  # runs failed by the deadline that had to fire
+    deadlines_asleep: int = 0  # of them, while their ``t`` slept
     messages: int = 0
     messages_lost: int = 0
     messages_doubled: int = 0

@@ -209,11 +209,14 @@ class Messenger:
         )
 
 
-def check_deadline(run: Run, verdict: Verdict) -> bool:
+def check_deadline(record: Record, verdict: Verdict) -> bool:
     """A run whose deadline must fire: ``failed`` with ``deadline_exceeded`` (``True``)."""
+    run = record.run
     failure = run.failure
     if run.status is RunStatus.FAILED and failure is not None and failure.code == DEADLINE:
         verdict.deadlines += 1
+        # most fire while ``t`` sleeps; a run held up by kills may meet it earlier
+        verdict.deadlines_asleep += any(e.type is EventType.SLEEP_STARTED for e in record.events)
         return True
     verdict.lost += 1
     verdict.problem(f"{run.id}: {run.status} ({failure}), its deadline should have failed it")
