@@ -430,7 +430,7 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
             names = [workers.spawn() for _ in range(args.workers)]
             workers.wait_ready(names)
             ticks.start(docket)
-            ticking = True
+            ticking, restarted = True, 0.0
             # the kill phase: submissions and restarts are spread over it
             phase = max(args.min_kills * args.kill_interval, 1.0)
             phase_start = time.monotonic()
@@ -449,7 +449,9 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                 share = min(1.0, (now - phase_start) / (phase * 0.8))
                 driver.submit_until(round(args.runs * share))
                 killing = len(workers.killed) < args.min_kills or driver.submitted < args.runs
-                ticked = now - phase_start >= MIN_TICKING
+                # the schedule ticks a while after the last restart too: its runs made up
+                # after an outage are part of what is checked
+                ticked = now - max(phase_start, restarted) >= MIN_TICKING
                 if ticking and ticked and not killing and not restart_at:
                     ticking = not ticks.stop(docket)  # the store may be away: next tick
                 if killing and now >= next_kill and workers.live:
@@ -462,6 +464,7 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                     began = time.time()
                     store.restart()
                     restarts.append((began, time.time()))
+                    restarted = time.monotonic()
                 for name in workers.reap():
                     print(f"chaos: worker {name} died on its own:\n{workers.tail(name)}")
                 fresh = driver.statuses()

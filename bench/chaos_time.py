@@ -57,7 +57,8 @@ __all__ = ["MIN_TICKING", "SCHEDULE_ID", "Messenger", "Ticks", "check_deadline",
 SCHEDULE_ID = "chaos-ticks"
 #: the message runs among ``n % 12 < 6`` get their message a second time, same key
 RESEND_BLOCK = 12
-#: seconds the schedule ticks at least, however short the kill phase
+#: seconds the schedule ticks at least, however short the kill phase (and after the last
+#: server restart)
 MIN_TICKING = 6.0
 RETRY_PAUSE = 0.2  # seconds between tries of a send the store refused
 DEADLINE = "deadline_exceeded"

