@@ -95,6 +95,7 @@ _READS: Final = frozenset(
 )
 _UNFINISHED: Final = frozenset({RunStatus.RUNNING, RunStatus.WAITING})
 _PAGE: Final = 500
+_TICK: Final = timedelta(milliseconds=1)  # the stores' resolution
 _END_OF_TIME: Final = datetime(9999, 1, 1, tzinfo=UTC)
 
 
@@ -513,7 +514,8 @@ class TimeSkippingEnv:
             if info.poisoned:
                 continue
             if info.claimed_at is not None:
-                wakes.append(info.claimed_at + ttl)  # idle, so nobody drains it: orphaned
+                # idle, so nobody drains it: orphaned, stealable strictly after its TTL
+                wakes.append(info.claimed_at + ttl + _TICK)
             elif info.wake_at is not None:
                 wakes.append(info.wake_at)
         wakes.extend(await self._schedule_wakes())

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from docket.contract.proposals import ClaimBatch, ClaimPolicy
 from docket.errors import InvalidOptions
 from docket.graph.builder import GraphBuilder
 from docket.graph.children import ChildSpec
@@ -245,6 +246,25 @@ def test_several_workers_drain_many_runs_through_a_week_of_backoffs() -> None:
             assert len(app["calls"]) == 6 + 7
             assert env.now() <= DEFAULT_START + 7 * DAY
             assert all(w.in_flight == 0 for w in env.workers)
+
+    run(scenario)
+
+
+def test_a_run_held_by_a_worker_that_died_is_taken_over_after_the_claim_ttl() -> None:
+    async def scenario() -> None:
+        app: dict[str, Any] = {}
+        async with TimeSkippingEnv(nodes=NODES, context={"app": app}, claim_ttl=30.0) as env:
+            ref = await env.docket.save_graph(chain(2))
+            first = await env.docket.start_run(ref, {})
+            # a worker of another process claims the run, then dies holding it
+            policy = ClaimPolicy(limit=1, orphan_ttl=timedelta(seconds=30), max_claim_attempts=5)
+            batch = await env.backend.runs.claim_due(policy)
+            assert isinstance(batch, ClaimBatch) and len(batch.leases) == 1
+            expiry = DEFAULT_START + timedelta(seconds=30, milliseconds=1)  # strictly after
+            assert await env.next_wake() == expiry
+            done = await env.wait(first.id)
+            assert done.status is RunStatus.DONE and app["ran"] == ["n0", "n1"]
+            assert env.now() == expiry
 
     run(scenario)
 
