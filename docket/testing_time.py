@@ -185,16 +185,20 @@ class _WatchedStore:
             async def poll(*args: Any, **kwargs: Any) -> object:
                 traffic.polls += 1
                 started = traffic.generation
+                answer: object = None
                 try:
                     answer = await target(*args, **kwargs)
                 finally:
                     traffic.polls -= 1
-                if isinstance(answer, ClaimBatch) and not answer.leases and not answer.poisoned:
-                    if traffic.generation == started:
+                    empty = (
+                        isinstance(answer, ClaimBatch) and not answer.leases and not answer.poisoned
+                    )
+                    if empty and traffic.generation == started:
                         traffic.quiet = started
-                    traffic.changed.set()
-                else:
-                    traffic.bump()
+                    if empty:
+                        traffic.changed.set()
+                    else:  # a claim (or a failure: who knows) changes what is due
+                        traffic.bump()
                 return answer
 
             return poll
