@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from docket.contract.protocols import Backend
@@ -31,6 +32,7 @@ from docket.records import (
     RunPage,
     RunStatus,
 )
+from docket.runtime.messages import SendResult
 from docket.runtime.worker import Worker, WorkerStats
 from docket.telemetry import Telemetry
 
@@ -189,10 +191,35 @@ class SyncDocket:
         run_id: str | None = None,
         metadata: Mapping[str, object] | None = None,
         tenant_id: str | None = None,
+        start_at: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
     ) -> Run:
         return self._call(
             lambda: self.docket.start_run(
-                graph, input, run_id=run_id, metadata=metadata, tenant_id=tenant_id
+                graph,
+                input,
+                run_id=run_id,
+                metadata=metadata,
+                tenant_id=tenant_id,
+                start_at=start_at,
+                deadline=deadline,
+                timeout=timeout,
+            )
+        )
+
+    def send(
+        self,
+        run_id: str,
+        topic: str,
+        payload: object = None,
+        *,
+        idempotency_key: str | None = None,
+        tenant_id: str | None = None,
+    ) -> SendResult:
+        return self._call(
+            lambda: self.docket.send(
+                run_id, topic, payload, idempotency_key=idempotency_key, tenant_id=tenant_id
             )
         )
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal, ParamSpec, TypeVar, cast
 
 import attrs
@@ -45,6 +45,7 @@ from docket._facade_children import (
 )
 from docket._facade_family import read_children
 from docket._facade_spans import lifecycle
+from docket._facade_time import require_feature, run_timing
 from docket.contract import errors as contract
 from docket.contract.capabilities import BackendContractError, Capabilities, Feature, negotiate
 from docket.contract.proposals import GraphListQuery, PoisonedClaim
@@ -53,6 +54,7 @@ from docket.contract.validate import text_problem
 from docket.core.errors import CoreError
 from docket.core.family import ChildInfo
 from docket.core.init import build_initial_run, initialize
+from docket.core.messages import deliver_message
 from docket.core.moment import Moment, Terminated
 from docket.core.mutations import cancel_run, resolve_interrupt
 from docket.core.plan import check_execution_policy
@@ -116,6 +118,7 @@ from docket.runtime.lifecycle import (
     signal,
     stamp_clock,
 )
+from docket.runtime.messages import SendResult, sent, wait_for_holder
 from docket.runtime.worker import PoisonHandler, Worker, WorkerStats
 from docket.settings import Settings
 from docket.telemetry import Telemetry, instrument_backend, log_context
@@ -127,6 +130,8 @@ TenantMode = Literal["none", "required"]
 DEFAULT_AWAIT_POLL: Final = 0.05
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+#: How long a send waits for a worker holding the run to let go before committing anyway.
+_SEND_PATIENCE: Final = 5.0
 
 
 @attrs.frozen(kw_only=True)
@@ -396,14 +401,21 @@ class Docket:
         run_id: str | None = None,
         metadata: Mapping[str, object] | None = None,
         tenant_id: str | None = None,
+        start_at: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
     ) -> Run:
         """Start a run of ``graph`` (a reference, or a graph id meaning its latest version).
 
         Returns the initialized run (``running``, checkpoint 1) once it is durably
-        committed; a worker takes it from there. Raises ``InvalidInput`` (input or
-        metadata), ``GuardEvaluationFailed``, ``IncompatibleExecutionPolicy`` (a node
-        timeout above this host's maximum), ``NotFound`` (graph) or ``Conflict`` (the run
-        id is taken) without writing anything.
+        committed; a worker takes it from there — not before ``start_at`` when given.
+        ``deadline`` (or ``timeout`` after the start, or the graph policy
+        ``run_timeout_ms``): past it the run fails with ``deadline_exceeded`` whatever it
+        is doing (docs/execution.md#durable-time). Raises ``InvalidInput`` (input,
+        metadata or times), ``GuardEvaluationFailed``, ``IncompatibleExecutionPolicy`` (a
+        node timeout above this host's maximum), ``NotFound`` (graph), ``Conflict`` (the
+        run id is taken) or ``Unsupported`` (times on a backend without ``timers``)
+        without writing anything.
         """
         owner = self._owner(tenant_id)
         self._ready()
@@ -426,6 +438,17 @@ class Docket:
         if self._clock is None:  # looked up once: a Protocol isinstance is slow
             self._clock = stamp_clock(self.backend)
         now = await self._clock()
+        later: datetime | None = None
+        if start_at is not None or deadline is not None or timeout is not None or rtg.policies:
+            meta, later = run_timing(
+                rtg,
+                meta,
+                now,
+                self.capabilities,
+                start_at=start_at,
+                deadline=deadline,
+                timeout=timeout,
+            )
         created = build_initial_run(
             rtg, input, run_id=run_id or self._ids("run"), now=now, metadata=meta
         )
@@ -434,7 +457,9 @@ class Docket:
             raise from_core(moment)
         assert not isinstance(moment, Terminated)  # a created run is never terminal
         proposal = init_proposal(moment, transition_id=self._ids("transition"))
-        eager = self._eager_slot()
+        if later is not None:  # a delayed start: due at its time, never started eagerly
+            proposal = attrs.evolve(proposal, wake_at=later)
+        eager = None if later is not None else self._eager_slot()
         with log_context(run_id=created.id):
             if eager is None:
                 write = functools.partial(
@@ -510,6 +535,50 @@ class Docket:
             lambda run, now: resolve_interrupt(rtg, run, interrupt_id, value, now=now),
         )
 
+    async def send(
+        self,
+        run_id: str,
+        topic: str,
+        payload: object = None,
+        *,
+        idempotency_key: str | None = None,
+        tenant_id: str | None = None,
+    ) -> SendResult:
+        """Send a durable message to a run (docs/execution.md#messages).
+
+        An attempt waiting on ``topic`` (a node that returned ``Receive``) takes it in the
+        same commit; otherwise it is kept, in order, for the next attempt that asks. A key
+        accepted before changes nothing (``duplicate``). Raises ``NotFound``,
+        ``InactiveRun``, ``InvalidInput`` (payload refused by the topic's schema or the
+        waiting node's field), ``Unsupported`` (backend without ``messages``) or
+        ``StaleCheckpoint``; nothing is written then.
+        """
+        owner = self._owner(tenant_id)
+        self._ready()
+        require_id("run_id", run_id)
+        if not isinstance(topic, str) or not topic:
+            raise InvalidInput(
+                "topic must be a non-empty string", details={"reasons": [f"topic: {topic!r}"]}
+            )
+        if idempotency_key is not None:
+            require_id("idempotency_key", idempotency_key)
+        require_feature(self.capabilities, Feature.MESSAGES, "sending a message")
+        current = await self._fetch(owner, run_id)
+        rtg = await self._runtime_graph(owner, GraphRef(current.graph_id, current.graph_hash))
+        value = cast("JSONValue", payload)
+        patience = min(self.settings.claim_ttl, _SEND_PATIENCE)
+        await wait_for_holder(self._store.runs, owner, run_id, patience, lambda: 0.02)
+        limits = host_limits(self.settings)
+        answer = await self._signal_result(
+            owner,
+            run_id,
+            lambda run, now: deliver_message(
+                rtg, run, topic, value, key=idempotency_key, now=now, ids=self._ids, limits=limits
+            ),
+        )
+        checkpoint = answer.checkpoint
+        return sent(answer.run, None if checkpoint is None else checkpoint.events)
+
     @lifecycle("docket.run.cancel", run_id_first=True)
     async def cancel_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
         """Cancel a running or waiting run (a cancelled one comes back unchanged).
@@ -541,6 +610,14 @@ class Docket:
         run_id: str,
         mutate: Mutation,
     ) -> Run:
+        return (await self._signal_result(owner, run_id, mutate)).run
+
+    async def _signal_result(
+        self,
+        owner: OwnerScope,
+        run_id: str,
+        mutate: Mutation,
+    ) -> SignalResult:
         result = await signal(
             self._store,
             owner,
@@ -556,7 +633,7 @@ class Docket:
             if result.previous is not None and Children.concerned(result.previous, result.run):
                 # a cancelled parent cancels its children; a child that ended hands off
                 await self._children().after_commit(owner, result.previous, result.run)
-            return result.run
+            return result
         if isinstance(result, CoreError):
             raise from_core(result)
         raise from_contract(result, subject=f"run {run_id!r}")

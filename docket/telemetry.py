@@ -44,7 +44,15 @@ from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar, assert_ne
 import attrs
 
 from docket.contract.grouping import commit_claimed_in_order
-from docket.core.outcomes import AwaitingChild, Completed, Failed, Interrupted, TaskOutcome
+from docket.core.outcomes import (
+    AwaitingChild,
+    Completed,
+    Failed,
+    Interrupted,
+    Receiving,
+    Sleeping,
+    TaskOutcome,
+)
 from docket.errors import InvalidOptions
 from docket.records import Checkpoint, EventType
 
@@ -501,6 +509,10 @@ def outcome_metadata(outcome: TaskOutcome) -> Metadata:
             return {"outcome": "failed" if retryable else "failed_permanently", "reason": reason}
         case AwaitingChild(child_run_id=child_run_id):
             return {"outcome": "awaiting_child", "reason": f"child run {child_run_id}"}
+        case Sleeping():
+            return {"outcome": "sleeping"}
+        case Receiving(receive=receive):
+            return {"outcome": "receiving", "reason": f"topic {receive.topic}"}
         case _:
             assert_never(outcome)
 

@@ -75,3 +75,15 @@ def test_child_runs_summarise_each_article_in_a_child_and_retry_a_failed_child()
         assert f"child news-1:0:summaries[{index}]:1@1 is " in out
     assert "child news-1:0:summaries[1]:1@1 is failed (parent news-1)" in out
     assert "child news-1:0:summaries[1]:2@" in out and out.count(" is done (parent news-1)") == 3
+
+
+def test_reminders_sleep_take_a_kept_message_time_out_and_pass_a_deadline() -> None:
+    out = run_example("reminders.py")
+    assert "ack sent to ada while she sleeps: kept; sent again with the same key: duplicate" in out
+    assert "run ada is done: slept; reminded ada; closed (acknowledged: on it)" in out, out
+    assert (
+        "run grace is done: slept; reminded grace; no answer: escalated to the manager; "
+        "closed (escalated)"
+    ) in out
+    assert "run linus is failed: deadline_exceeded" in out
+    assert "ada's acknowledgement was taken 1 time(s)" in out

@@ -13,7 +13,7 @@ application's :class:`~docket.Docket` — its backend, node registry and tenant 
     docket graph publish FILE.json    compile and store; prints the graph reference
     docket graph list [GRAPH]         a graph's versions (or the graphs runs use)
     docket runs start GRAPH [--input JSON] [--run-id ID]
-    docket runs list|show|events|watch|cancel|retry|resolve
+    docket runs list|show|events|watch|cancel|retry|resolve|send
     docket worker --app module:attr [--concurrency N] [--processes N] [--ui-port N]
     docket ui [--host 127.0.0.1] [--port 8787] [--token T] [--worker]   the web console
     docket migrate [--sql]            upgrade the store's schema (or print its DDL)

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import time
+from typing import Any
 
 from docket.cli._children import family_json, parent_line, print_children
 from docket.cli._common import (
@@ -14,6 +15,7 @@ from docket.cli._common import (
     _with_docket,
 )
 from docket.cli._maps import _maps_json, _print_maps
+from docket.cli._messages import add_send, add_time_options, print_waits, time_options
 from docket.cli._output import (
     _EVENT_HEADERS,
     _emit,
@@ -101,7 +103,9 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     start.add_argument("graph_id", metavar="GRAPH")
     start.add_argument("--input", default=None, metavar="JSON", help="the run input, an object")
     start.add_argument("--run-id", default=None, metavar="ID", help="default: a generated id")
+    add_time_options(start)
     start.set_defaults(run=_runs_start)
+    add_send(sub, _connection_options)
 
 
 def _cursor(text: str | None) -> RunCursor | None:
@@ -211,6 +215,7 @@ def _runs_show(args: argparse.Namespace) -> int:
     open_ones = [i for i in run.interrupts.values() if str(i.status) == "open"]
     for interrupt in open_ones:
         _print_open_interrupt(interrupt)
+    print_waits(run)
     if run.output is not None:
         print(f"output  {json.dumps(run.output, ensure_ascii=False)}")
     if run.failure is not None:
@@ -372,9 +377,12 @@ def _runs_start(args: argparse.Namespace) -> int:
         if not isinstance(parsed, dict):
             raise _fail(f"--input must be a JSON object, got {type(parsed).__name__}")
         run_input = parsed
+    timing: dict[str, Any] = time_options(args)
 
     async def go(d: Docket) -> RunInfo:
-        run = await d.start_run(args.graph_id, run_input, run_id=args.run_id, tenant_id=args.tenant)
+        run = await d.start_run(
+            args.graph_id, run_input, run_id=args.run_id, tenant_id=args.tenant, **timing
+        )
         return await d.inspect_run(run.id, tenant_id=args.tenant)
 
     return _run_line(args, "started", _with_docket(args, go, must_exist=True))

@@ -16,13 +16,14 @@ One boundary at a time: commit the moment before asking again.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeAlias, assert_never
 
 from docket.core.errors import GraphMismatch, InvalidPolicy, MapFailed, UnusableRun
 from docket.core.finish import completion_moment, error_failure, failure_moment
 from docket.core.init import check_graph
 from docket.core.moment import Moment, NotDue, Terminated, Wait, ceil_ms
+from docket.core.outcomes import Completed, Failed, TaskOutcome, format_reason
 from docket.core.plan import (
     Blocked,
     Dispatch,
@@ -34,8 +35,18 @@ from docket.core.plan import (
     planned_work,
     resumed_activations,
 )
+from docket.core.waits import MESSAGE_TIMEOUT, deadline_moment, deadline_of, past_deadline
 from docket.graph.compiler import RuntimeGraph
-from docket.records import Run, RunFailure, RunStatus
+from docket.records import (
+    DEADLINE_KEY,
+    TASK_SLEEPING,
+    TASK_WAITING_MESSAGE,
+    Run,
+    RunFailure,
+    RunStatus,
+    TaskState,
+)
+from docket.values import JSONDict
 
 __all__ = ["Step", "advance"]
 
@@ -63,20 +74,11 @@ def advance(
         return mismatch
     if run.status.terminal:
         return Terminated(run)
+    if DEADLINE_KEY in run.metadata and past_deadline(run, now):
+        return deadline_moment(run, now)
 
     if run.active_tasks:
-        due = [
-            task
-            for key, task in run.active_tasks.items()
-            if (timer := run.timers.get(key)) is None or timer.fires_at <= now
-        ]
-        if not due:
-            resume_at = min(t.fires_at for t in run.timers.values())
-            return NotDue(run, resume_at, ceil_ms(resume_at - now))
-        resumed = resumed_activations(rtg, run, due, limits)
-        if isinstance(resumed, UnusableRun | InvalidPolicy):
-            return failure_moment(run, error_failure(resumed), now)
-        return Dispatch(run=run, activations=resumed, now=now, resumed=True)
+        return _resume(rtg, run, now, limits)
 
     planned = plan(rtg, run, limits)
     match planned:
@@ -103,3 +105,64 @@ def advance(
             )
         case _:
             assert_never(planned)
+
+
+def _resume(
+    rtg: RuntimeGraph, run: Run, now: datetime, limits: HostLimits
+) -> Step | UnusableRun | GraphMismatch:
+    """The parked superstep: attempts due to run again, and those the core settles itself
+    (a sleep that ended, a message wait that gave up)."""
+    due: list[TaskState] = []
+    known: list[tuple[TaskState, TaskOutcome]] = []
+    for key, task in run.active_tasks.items():
+        timer = run.timers.get(key)
+        fired = timer is None or timer.fires_at <= now
+        if task.status == TASK_SLEEPING:
+            if fired:
+                update = task.metadata.get("update")
+                known.append((task, _completed(task, update if isinstance(update, dict) else {})))
+        elif task.status == TASK_WAITING_MESSAGE:
+            if timer is not None and fired:
+                known.append((task, _gave_up(task)))
+        elif fired:
+            due.append(task)
+    if not due and not known:
+        if run.timers:
+            resume_at = min(t.fires_at for t in run.timers.values())
+        else:  # only messages are awaited: a delivery makes the run due, not a time
+            resume_at = deadline_of(run) or now + _IDLE_RECHECK
+        return NotDue(run, resume_at, ceil_ms(resume_at - now))
+    resumed = resumed_activations(rtg, run, due, limits)
+    if isinstance(resumed, UnusableRun | InvalidPolicy):
+        return failure_moment(run, error_failure(resumed), now)
+    settled = resumed_activations(rtg, run, [t for t, _ in known], limits)
+    if isinstance(settled, UnusableRun | InvalidPolicy):
+        return failure_moment(run, error_failure(settled), now)
+    decided = tuple(zip(settled, (o for _, o in known), strict=True))
+    return Dispatch(run=run, activations=resumed, now=now, resumed=True, decided=decided)
+
+
+#: When a run claimed while it only waits for messages (a race with a delivery) is looked
+#: at again: a delivery makes it due at once anyway, so this is only a safety net.
+_IDLE_RECHECK = timedelta(hours=1)
+
+
+def _completed(task: TaskState, update: JSONDict) -> Completed:
+    return Completed(
+        task_id=task.task_id, node_id=task.node_id, attempt=task.attempt, update=update
+    )
+
+
+def _gave_up(task: TaskState) -> TaskOutcome:
+    """A message wait's timeout: its ``on_timeout`` update, else a permanent failure."""
+    late = task.metadata.get("on_timeout")
+    if isinstance(late, dict):
+        return _completed(task, late)
+    topic = task.metadata.get("topic")
+    return Failed(
+        task_id=task.task_id,
+        node_id=task.node_id,
+        attempt=task.attempt,
+        reason=format_reason(MESSAGE_TIMEOUT, f"no message on topic {topic!r} in time"),
+        retryable=False,
+    )

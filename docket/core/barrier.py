@@ -76,8 +76,11 @@ def commit_barrier(
     *,
     fields: Mapping[str, FieldRule] | None = None,
     inputs: tuple[str, ...] | None = None,
+    extra: Sequence[Entry] = (),
 ) -> Moment:
     """Commit the superstep whose results are ``writes`` (one per task, any order).
+
+    ``extra`` events come first (what the dispatch itself did: a message taken).
 
     ``fields``/``inputs`` are ``rtg.field_rule_map``/``rtg.input_ids`` when the caller
     already has them. A map node's items write as ``node[i]``, folded in item order; a map
@@ -254,7 +257,7 @@ def commit_barrier(
         "status": RunStatus.WAITING if waiting else RunStatus.RUNNING,
     }
 
-    entries: list[Entry] = []
+    entries: list[Entry] = list(extra)
     for write in done:
         payload: JSONDict = {"attempt": write.attempt}
         if (index := item_index(write.task_id)) is not None:

@@ -24,6 +24,7 @@ import attrs
 from docket.core.errors import MalformedMoment, NotContinue
 from docket.proposals import At, External, Immediate, Terminal, Wake
 from docket.records import (
+    DEADLINE_KEY,
     Checkpoint,
     CheckpointType,
     Event,
@@ -31,6 +32,7 @@ from docket.records import (
     PendingWrite,
     Run,
     idempotency_key,
+    parse_timestamp,
 )
 from docket.values import JSONDict, JSONValue
 
@@ -45,7 +47,9 @@ __all__ = [
     "Terminated",
     "Unchanged",
     "Wait",
+    "cap_wake",
     "ceil_ms",
+    "deadline_of",
     "due_wake",
     "envelope",
     "propose",
@@ -57,6 +61,9 @@ __all__ = [
 class ParkReason(StrEnum):
     RETRY_BACKOFF = "retry_backoff"
     CHILD_RUNNING = "child_running"  # only child runs are awaited (no retry backoff)
+    SLEEPING = "sleeping"  # a sleep is the earliest thing the parked superstep waits for
+    AWAITING_MESSAGES = "awaiting_messages"  # only messages are awaited
+    MESSAGE_KEPT = "message_kept"  # a message was kept in the mailbox; the run waits as it did
     AWAITING_INTERRUPTS = "awaiting_interrupts"
     RUN_COMPLETED = "run_completed"
     RUN_FAILED = "run_failed"
@@ -272,6 +279,34 @@ def envelope(
     }
 
 
+def deadline_of(run: Run) -> datetime | None:
+    """The run's deadline, or ``None`` (a malformed one counts as none: it was checked when
+    the run started, and a run must never become unadvanceable over its metadata)."""
+    text = run.metadata.get(DEADLINE_KEY)
+    if not isinstance(text, str):
+        return None
+    try:
+        return parse_timestamp(text)
+    except ValueError:
+        return None
+
+
+def cap_wake(run: Run, wake: Wake) -> Wake:
+    """``wake`` no later than the run's deadline (an ``External`` wake becomes it)."""
+    if DEADLINE_KEY not in run.metadata:
+        return wake
+    deadline = deadline_of(run)
+    if deadline is None:
+        return wake
+    match wake:
+        case External():
+            return At(deadline)
+        case At(wake_at=moment) if moment > deadline:
+            return At(deadline)
+        case _:
+            return wake
+
+
 def propose(
     run: Run,
     checkpoint_type: CheckpointType,
@@ -293,6 +328,11 @@ def propose(
     """
     if changes and not changes.keys().isdisjoint(("id", "checkpoint_seq", "event_seq")):
         raise ValueError("propose assigns the sequences itself; changes may not set them")
+    if isinstance(disposition, Park) and DEADLINE_KEY in run.metadata:
+        # every park is due again by the run's deadline at the latest (docket.core.waits)
+        capped = cap_wake(run, disposition.wake)
+        if capped != disposition.wake:
+            disposition = Park(capped, disposition.reason)
     first = run.event_seq + 1
     events = [
         Event(

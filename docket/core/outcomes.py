@@ -24,7 +24,7 @@ from docket.core.captured import (
     durable_details,
     exception_message,
 )
-from docket.graph.nodes import Failure, Interrupt, Update
+from docket.graph.nodes import Failure, Interrupt, Receive, Sleep, Update
 from docket.values import JSONDict
 
 __all__ = [
@@ -32,6 +32,8 @@ __all__ = [
     "Completed",
     "Failed",
     "Interrupted",
+    "Receiving",
+    "Sleeping",
     "TaskOutcome",
     "classify_return",
     "describe_exception",
@@ -87,7 +89,27 @@ class AwaitingChild:
     check_at: datetime
 
 
-TaskOutcome: TypeAlias = Completed | Interrupted | Failed | AwaitingChild
+@attrs.frozen(kw_only=True)
+class Sleeping:
+    """The node asked the run to sleep (validated and timed at settle)."""
+
+    task_id: str
+    node_id: str
+    attempt: int
+    sleep: Sleep
+
+
+@attrs.frozen(kw_only=True)
+class Receiving:
+    """The node waits for a message on a topic (taken from the mailbox at settle, or parked)."""
+
+    task_id: str
+    node_id: str
+    attempt: int
+    receive: Receive
+
+
+TaskOutcome: TypeAlias = Completed | Interrupted | Failed | AwaitingChild | Sleeping | Receiving
 
 
 def format_reason(kind: str, detail: str | None = None) -> str:
@@ -123,6 +145,10 @@ def classify_return(task_id: str, node_id: str, attempt: int, value: object) -> 
         return Completed(task_id=task_id, node_id=node_id, attempt=attempt, update=update)
     if isinstance(value, Interrupt):
         return Interrupted(task_id=task_id, node_id=node_id, attempt=attempt, interrupt=value)
+    if isinstance(value, Sleep):
+        return Sleeping(task_id=task_id, node_id=node_id, attempt=attempt, sleep=value)
+    if isinstance(value, Receive):
+        return Receiving(task_id=task_id, node_id=node_id, attempt=attempt, receive=value)
     details: JSONDict | None = None
     if isinstance(value, Failure):
         reason = format_reason("error", str(value.reason))
@@ -131,7 +157,8 @@ def classify_return(task_id: str, node_id: str, attempt: int, value: object) -> 
     else:
         reason = format_reason(
             "invalid_node_return",
-            f"a node must return a dict, Update, Interrupt or Failure, got {type(value).__name__}",
+            "a node must return a dict, Update, Interrupt, Failure, Sleep or Receive, "
+            f"got {type(value).__name__}",
         )
         retryable = False
     return Failed(

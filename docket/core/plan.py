@@ -29,6 +29,7 @@ from docket.core.errors import (
     MapTooLarge,
     UnusableRun,
 )
+from docket.core.outcomes import TaskOutcome
 from docket.core.state import snapshot, source_versions
 from docket.graph.compiler import RuntimeGraph, RuntimeNode
 from docket.graph.nodes import NodePolicies, RetryPolicy
@@ -153,6 +154,9 @@ class Dispatch:
     now: datetime
     resumed: bool
     settled: tuple[PendingWrite, ...] = ()  # map nodes over an empty list: done, no writes
+    # parked attempts whose outcome the core knows without running them (a sleep that
+    # ended, a message wait that timed out): settled with the executor's outcomes
+    decided: tuple[tuple[Activation, TaskOutcome], ...] = ()
 
 
 # -- the plan -----------------------------------------------------------------------------

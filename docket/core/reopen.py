@@ -79,6 +79,12 @@ def reopen_failed_run(
             phase="retry",
             details={"status": str(run.status)},
         )
+    if run.failure.code == "deadline_exceeded":  # it would only fail again at once
+        return NotRetryable(
+            f"run {run.id!r} passed its deadline; retrying it cannot help — start a new run",
+            phase="retry",
+            details={"status": str(run.status), "failure": run.failure.code},
+        )
     cleared: JSONDict = converter.unstructure(run.failure)
     reopened = attrs.evolve(
         run,

@@ -15,7 +15,7 @@ applies picks the boundary:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import assert_never
 
@@ -30,29 +30,39 @@ from docket.core.outcomes import (
     Completed,
     Failed,
     Interrupted,
+    Receiving,
+    Sleeping,
     TaskOutcome,
     format_reason,
 )
 from docket.core.plan import Activation, Dispatch, work_order
+from docket.core.waits import deadline_moment, past_deadline, take_message
 from docket.graph.compiler import RuntimeGraph
-from docket.graph.reducers import RejectedUpdate, validate_update
-from docket.proposals import At
+from docket.graph.nodes import Receive, Sleep
+from docket.graph.reducers import FieldRule, RejectedUpdate, validate_update
+from docket.proposals import At, External, Wake
 from docket.records import (
     TASK_CHILD_RUNNING,
     TASK_RETRY_SCHEDULED,
+    TASK_SLEEPING,
+    TASK_WAITING_MESSAGE,
     TIMER_CHILD,
+    TIMER_MESSAGE,
     TIMER_RETRY,
+    TIMER_SLEEP,
     CheckpointType,
     EventType,
     PendingWrite,
     Run,
+    RunStatus,
     TaskFailure,
     TaskState,
     TimerState,
     WriteKind,
+    format_timestamp,
     idempotency_key,
 )
-from docket.values import JSONDict
+from docket.values import JSONDict, utc
 
 __all__ = ["settle"]
 
@@ -82,7 +92,11 @@ def settle(
     """
     run = dispatch.run
     now = max(now, dispatch.now)
+    if past_deadline(run, now):  # what the attempts did is too late to count
+        return deadline_moment(run, now)
     by_task = {o.task_id: o for o in outcomes}
+    for decided, known in dispatch.decided:
+        by_task[decided.task_id] = known
     fields = rtg.field_rule_map
     inputs = rtg.input_ids
 
@@ -90,6 +104,9 @@ def settle(
     retried: list[tuple[Activation, AttemptFailure]] = []
     permanent: list[AttemptFailure] = []
     awaiting: list[tuple[Activation, AwaitingChild]] = []
+    sleeping: list[_Sleep] = []
+    receiving: list[_Receive] = []
+    extra: list[Entry] = []
 
     def failure(
         activation: Activation, reason: str, failed: Failed | None = None
@@ -113,7 +130,10 @@ def settle(
         )
 
     writes.extend(dispatch.settled)
-    activations = sorted(dispatch.activations, key=lambda a: work_order(a.node_id, a.task_id))
+    activations = sorted(
+        [*dispatch.activations, *(a for a, _ in dispatch.decided)],
+        key=lambda a: work_order(a.node_id, a.task_id),
+    )
     for activation in activations:
         outcome = by_task.get(activation.task_id) or _lost(activation)
         match outcome:
@@ -138,6 +158,52 @@ def settle(
                     permanent.append(failure(activation, reason, outcome))
             case AwaitingChild():
                 awaiting.append((activation, outcome))
+            case Sleeping(sleep=sleep):
+                checked = validate_update(activation.node_id, sleep.update, fields, inputs)
+                if isinstance(checked, RejectedUpdate):
+                    reason = format_reason("invalid_state_update", "; ".join(checked.reasons))
+                    permanent.append(failure(activation, reason))
+                    continue
+                until = _sleep_until(sleep, now)
+                if until <= now:  # a sleep that is already over ends at once
+                    writes.append(write(activation, WriteKind.UPDATE, dict(checked.values)))
+                else:
+                    sleeping.append(_Sleep(activation, until, dict(checked.values)))
+            case Receiving(receive=receive):
+                asked = _receive_problems(activation.node_id, receive, fields, inputs)
+                if isinstance(asked, str):
+                    permanent.append(failure(activation, asked))
+                    continue
+                update, on_timeout = asked
+                taken = take_message(run, receive.topic)
+                if taken is None:
+                    receiving.append(_Receive(activation, receive, update, on_timeout))
+                    continue
+                after, message = taken
+                value = dict(update)
+                if receive.into is not None:
+                    value[receive.into] = message.payload
+                got = validate_update(activation.node_id, value, fields, inputs)
+                if isinstance(got, RejectedUpdate):  # the message stays for another taker
+                    reason = format_reason("invalid_state_update", "; ".join(got.reasons))
+                    permanent.append(failure(activation, reason))
+                    continue
+                run = after
+                writes.append(write(activation, WriteKind.UPDATE, dict(got.values)))
+                extra.append(
+                    Entry(
+                        type=EventType.MESSAGE_CONSUMED,
+                        step=activation.step,
+                        node_id=activation.node_id,
+                        task_id=activation.task_id,
+                        payload={
+                            "topic": message.topic,
+                            "message_seq": message.seq,
+                            "attempt": activation.attempt,
+                            **({"key": message.key} if message.key is not None else {}),
+                        },
+                    )
+                )
             case _:
                 assert_never(outcome)
 
@@ -164,11 +230,76 @@ def settle(
         permanent.sort(key=lambda f: work_order(f.node_id, f.task_id))
         return superstep_failure(run, [f for _, f in retried], permanent, now, writes)
     dispatched = {a.task_id for a in activations}
-    if retried or awaiting or any(t not in dispatched for t in run.active_tasks):
-        return _retry_park(run, dispatched, writes, retried, awaiting, now)
+    waits = _Waits(awaiting, sleeping, receiving)
+    if retried or waits or any(t not in dispatched for t in run.active_tasks):
+        return _retry_park(run, dispatched, writes, retried, waits, now, extra)
     return commit_barrier(
-        rtg, run, [*run.pending_writes, *writes], now, ids, fields=fields, inputs=inputs
+        rtg,
+        run,
+        [*run.pending_writes, *writes],
+        now,
+        ids,
+        fields=fields,
+        inputs=inputs,
+        extra=extra,
     )
+
+
+def _sleep_until(sleep: Sleep, now: datetime) -> datetime:
+    if sleep.until is not None:
+        return utc(sleep.until)
+    return now + (sleep.for_ or timedelta(0))
+
+
+@attrs.frozen
+class _Sleep:
+    activation: Activation
+    until: datetime
+    update: JSONDict
+
+
+@attrs.frozen
+class _Receive:
+    activation: Activation
+    receive: Receive
+    update: JSONDict
+    on_timeout: JSONDict | None
+
+
+@attrs.frozen
+class _Waits:
+    """The attempts of a dispatch that park waiting for something other than a retry."""
+
+    children: Sequence[tuple[Activation, AwaitingChild]]
+    sleeps: Sequence[_Sleep]
+    receives: Sequence[_Receive]
+
+    def __bool__(self) -> bool:
+        return bool(self.children or self.sleeps or self.receives)
+
+
+def _receive_problems(
+    node_id: str,
+    receive: Receive,
+    fields: Mapping[str, FieldRule],
+    inputs: tuple[str, ...],
+) -> tuple[JSONDict, JSONDict | None] | str:
+    """The checked ``update`` and ``on_timeout`` of a message wait, or why it is invalid."""
+    if receive.into is not None and receive.into not in fields:
+        return format_reason(
+            "invalid_receive", f"into names {receive.into!r}, which is not a state field"
+        )
+    update = validate_update(node_id, receive.update, fields, inputs)
+    if isinstance(update, RejectedUpdate):
+        return format_reason("invalid_state_update", "; ".join(update.reasons))
+    if receive.on_timeout is None:
+        return dict(update.values), None
+    if receive.timeout is None:
+        return format_reason("invalid_receive", "on_timeout is given without a timeout")
+    late = validate_update(node_id, receive.on_timeout, fields, inputs)
+    if isinstance(late, RejectedUpdate):
+        return format_reason("invalid_state_update", "; ".join(late.reasons))
+    return dict(update.values), dict(late.values)
 
 
 def _write_order(write: PendingWrite) -> tuple[str, int]:
@@ -180,27 +311,20 @@ def _retry_park(
     dispatched: set[str],
     writes: Sequence[PendingWrite],
     retried: Sequence[tuple[Activation, AttemptFailure]],
-    awaiting: Sequence[tuple[Activation, AwaitingChild]],
+    waits: _Waits,
     now: datetime,
+    extra: Sequence[Entry] = (),
 ) -> Moment:
     tasks = {k: t for k, t in run.active_tasks.items() if k not in dispatched}
     timers = {k: t for k, t in run.timers.items() if k not in dispatched}
-    started: list[Entry] = []
-    for activation, waiting in awaiting:
+    started: list[Entry] = list(extra)
+    for activation, waiting in waits.children:
         before = run.active_tasks.get(activation.task_id)
         known = before is not None and before.metadata.get("child_run_id") == waiting.child_run_id
-        tasks[activation.task_id] = TaskState(
-            task_id=activation.task_id,
-            node_id=activation.node_id,
-            step=activation.step,
-            attempt=activation.attempt,
-            status=TASK_CHILD_RUNNING,
-            input_hash=activation.input_hash,
-            idempotency_key=activation.idempotency_key,
-            snapshot=activation.snapshot,
-            source_versions=dict(activation.source_versions),
+        tasks[activation.task_id] = _parked(
+            activation,
+            TASK_CHILD_RUNNING,
             started_at=before.started_at if known and before is not None else now,
-            failures=activation.failures,
             metadata={"child_run_id": waiting.child_run_id},
         )
         timers[activation.task_id] = TimerState(kind=TIMER_CHILD, fires_at=waiting.check_at)
@@ -214,6 +338,48 @@ def _retry_park(
                     payload={"child_run_id": waiting.child_run_id, "attempt": activation.attempt},
                 )
             )
+    for sleep in waits.sleeps:
+        activation, until = sleep.activation, sleep.until
+        tasks[activation.task_id] = _parked(
+            activation,
+            TASK_SLEEPING,
+            started_at=now,
+            metadata={"update": sleep.update, "until": format_timestamp(until)},
+        )
+        timers[activation.task_id] = TimerState(kind=TIMER_SLEEP, fires_at=until)
+        started.append(
+            Entry(
+                type=EventType.SLEEP_STARTED,
+                step=activation.step,
+                node_id=activation.node_id,
+                task_id=activation.task_id,
+                payload={"attempt": activation.attempt, "until": format_timestamp(until)},
+            )
+        )
+    for wait in waits.receives:
+        activation, receive = wait.activation, wait.receive
+        meta: JSONDict = {"topic": receive.topic, "update": wait.update}
+        if receive.into is not None:
+            meta["into"] = receive.into
+        if wait.on_timeout is not None:
+            meta["on_timeout"] = wait.on_timeout
+        payload: JSONDict = {"attempt": activation.attempt, "topic": receive.topic}
+        if receive.timeout is not None:
+            gives_up = now + receive.timeout
+            timers[activation.task_id] = TimerState(kind=TIMER_MESSAGE, fires_at=gives_up)
+            meta["timeout_at"] = payload["timeout_at"] = format_timestamp(gives_up)
+        tasks[activation.task_id] = _parked(
+            activation, TASK_WAITING_MESSAGE, started_at=now, metadata=meta
+        )
+        started.append(
+            Entry(
+                type=EventType.MESSAGE_WAITING,
+                step=activation.step,
+                node_id=activation.node_id,
+                task_id=activation.task_id,
+                payload=payload,
+            )
+        )
     for activation, failed in retried:
         attempt = activation.attempt + 1
         tasks[activation.task_id] = TaskState(
@@ -234,22 +400,57 @@ def _retry_park(
         fires_at = now + timedelta(milliseconds=activation.retry.backoff_ms)
         timers[activation.task_id] = TimerState(kind=TIMER_RETRY, fires_at=fires_at)
     new_writes = sorted(writes, key=_write_order)
+    # a run whose every parked attempt waits for a message waits for outside input
+    only_messages = all(t.status == TASK_WAITING_MESSAGE for t in tasks.values())
     parked = attrs.evolve(
         run,
         active_tasks=dict(sorted(tasks.items())),
         timers=dict(sorted(timers.items())),
         pending_writes=tuple(sorted((*run.pending_writes, *new_writes), key=_write_order)),
         updated_at=now,
+        status=RunStatus.WAITING if only_messages else RunStatus.RUNNING,
     )
     entries = [node_failed_entry(f, run.step, permanent=False) for _, f in retried]
     entries.extend(started)
-    wake = At(min(t.fires_at for t in parked.timers.values()))
-    retrying = any(t.kind == TIMER_RETRY for t in parked.timers.values())
+    wake: Wake = (
+        At(min(t.fires_at for t in parked.timers.values())) if parked.timers else External()
+    )
     return propose(
         parked,
         CheckpointType.RETRY_SCHEDULED,
         entries,
-        Park(wake, ParkReason.RETRY_BACKOFF if retrying else ParkReason.CHILD_RUNNING),
+        Park(wake, _park_reason(parked)),
         now,
         new_writes=new_writes,
+    )
+
+
+def _park_reason(parked: Run) -> ParkReason:
+    kinds = {t.kind for t in parked.timers.values()}
+    if TIMER_RETRY in kinds:
+        return ParkReason.RETRY_BACKOFF
+    if TIMER_CHILD in kinds:
+        return ParkReason.CHILD_RUNNING
+    if TIMER_SLEEP in kinds:
+        return ParkReason.SLEEPING
+    return ParkReason.AWAITING_MESSAGES
+
+
+def _parked(
+    activation: Activation, status: str, *, started_at: datetime | None, metadata: JSONDict
+) -> TaskState:
+    """The parked task of an attempt that waits (for a child, a time, a message)."""
+    return TaskState(
+        task_id=activation.task_id,
+        node_id=activation.node_id,
+        step=activation.step,
+        attempt=activation.attempt,
+        status=status,
+        input_hash=activation.input_hash,
+        idempotency_key=activation.idempotency_key,
+        snapshot=activation.snapshot,
+        source_versions=dict(activation.source_versions),
+        started_at=started_at,
+        failures=activation.failures,
+        metadata=metadata,
     )

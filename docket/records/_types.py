@@ -101,6 +101,8 @@ TASK_WAITING_MESSAGE: Final = "waiting_message"
 TIMER_MESSAGE: Final = "message"
 #: A run's deadline (``Run.metadata``, an ISO-8601 UTC timestamp): past it, the run fails.
 DEADLINE_KEY: Final = "docket.deadline"
+#: A run started later than it was created: when (``Run.metadata``, ISO-8601 UTC).
+START_AT_KEY: Final = "docket.start_at"
 #: Messages sent to a run and not consumed yet, and the idempotency keys it has seen.
 MAILBOX_KEY: Final = "docket.mailbox"
 #: On a run a schedule started: the schedule and the tick (``Run.metadata``).

@@ -297,21 +297,28 @@ def _add_collection_problems(run: Run, out: list[str]) -> None:
     if not isinstance(writes, tuple) or not all(isinstance(w, PendingWrite) for w in writes):
         out.append("pending_writes: must be a tuple of PendingWrite")
         return
-    if (run.active_tasks or run.timers) and run.status is not RunStatus.RUNNING:
-        # a run whose every parked task waits for a message waits (for outside input)
-        waiting_for_messages = run.status is RunStatus.WAITING and all(
+    # a run whose every parked task waits for a message waits (for outside input)
+    waiting_for_messages = (
+        run.status is RunStatus.WAITING
+        and bool(run.active_tasks)
+        and all(
             isinstance(t, TaskState) and t.status == TASK_WAITING_MESSAGE
             for t in run.active_tasks.values()
         )
-        if not waiting_for_messages:
-            out.append(
-                "active superstep: only a running run may have tasks or timers "
-                "(a waiting one: only tasks waiting for messages)"
-            )
+    )
+    if (
+        (run.active_tasks or run.timers)
+        and run.status is not RunStatus.RUNNING
+        and not waiting_for_messages
+    ):
+        out.append(
+            "active superstep: only a running run may have tasks or timers "
+            "(a waiting one: only tasks waiting for messages)"
+        )
     # A node failure keeps its finished siblings' writes for a retry; reopened, the run
     # holds them with no task until the unfinished nodes are planned again.
     kept = run.status is RunStatus.FAILED and _kept_by(run.failure)
-    if writes and run.status is not RunStatus.RUNNING and not kept:
+    if writes and run.status is not RunStatus.RUNNING and not kept and not waiting_for_messages:
         out.append(
             "active superstep: only a running run, or one a node failure failed, "
             "may have pending writes"

@@ -100,6 +100,7 @@ from docket.runtime.lifecycle import (
     commit,
     stamp_clock,
 )
+from docket.runtime.messages import supported_waits
 from docket.settings import Settings
 from docket.telemetry import NO_SPAN, Span, Telemetry, log_context, stamp_logger
 
@@ -212,6 +213,7 @@ class Drainer:
         self._claimed_runs: ClaimedRuns | None = None  # looked up on first use, likewise
         self._claimed_known = False
         self._chains: bool | None = None  # whether commits chain; decided on first use
+        self._features: frozenset[str] | None = None  # the backend's; read on first use
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._graphs = graphs
         self._settings = settings
@@ -323,7 +325,9 @@ class Drainer:
         if fetched.checkpoint_seq != lease.checkpoint_seq:
             await self._release(lease)
             return DrainOutcome(kind="fence_lost", run_id=run_id)
-        if fetched.status is not RunStatus.RUNNING:
+        # a waiting run is claimed only by a wake of durable time (a deadline, a message
+        # wait that gives up): advance decides what is due
+        if fetched.status is not RunStatus.RUNNING and fetched.status is not RunStatus.WAITING:
             await self._release(lease)
             return DrainOutcome(
                 kind="invariant", run_id=run_id, detail=f"claimed run is {fetched.status}"
@@ -553,10 +557,12 @@ class Drainer:
         dispatch only rechecked children that are still running (nothing to commit: the
         caller hands the claim back until then)."""
         if not rtg.has_children:
-            return await self._execute(rtg, dispatch, heartbeat, dispatch.now)
+            done = await self._execute(rtg, dispatch, heartbeat, dispatch.now)
+            return done if done is None else self._supported(done)
         children = [a for a in dispatch.activations if is_child_dispatch(rtg, a)]
         if not children:
-            return await self._execute(rtg, dispatch, heartbeat, dispatch.now)
+            done = await self._execute(rtg, dispatch, heartbeat, dispatch.now)
+            return done if done is None else self._supported(done)
         others = tuple(a for a in dispatch.activations if not is_child_dispatch(rtg, a))
         executed: tuple[TaskOutcome, ...] | None = ()
         if others:
@@ -564,6 +570,7 @@ class Drainer:
             executed = await self._execute(rtg, subset, heartbeat, dispatch.now)
             if executed is None:
                 return None
+            executed = self._supported(executed)
         asked = await self._children.outcomes(lease.owner, rtg, dispatch, children, dispatch.now)
         run = dispatch.run
         unchanged = [
@@ -573,11 +580,21 @@ class Drainer:
             and (task := run.active_tasks.get(o.task_id)) is not None
             and task.metadata.get("child_run_id") == o.child_run_id
         ]
-        if dispatch.resumed and not others and len(unchanged) == len(asked):
+        if (
+            dispatch.resumed
+            and not others
+            and not dispatch.decided
+            and len(unchanged) == len(asked)
+        ):
             dispatched = {a.task_id for a in dispatch.activations}
             later = [t.fires_at for k, t in run.timers.items() if k not in dispatched]
             return min([*(o.check_at for o in unchanged), *later])
         return (*(executed or ()), *asked)
+
+    def _supported(self, outcomes: tuple[TaskOutcome, ...]) -> tuple[TaskOutcome, ...]:
+        if self._features is None:
+            self._features = self._backend.capabilities().features
+        return supported_waits(outcomes, self._features)
 
     async def _execute(
         self, rtg: RuntimeGraph, dispatch: Dispatch, heartbeat: Heartbeat, now: datetime

@@ -76,6 +76,7 @@ _NOTICES: Final = {
     "resolved": "Run resolved.",
     "cancelled": "Run cancelled.",
     "retried": "Run retried.",
+    "sent": "Message sent.",
 }
 _SECURITY_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
@@ -550,6 +551,30 @@ class Console:
             return await self._run_page(request, page, {key: (filled, message)}, status=422)
         return RedirectResponse(self._run_url(page, tenant, notice="resolved"), 303)
 
+    async def send(self, request: Request) -> Response:
+        """Send a message (the run page's form): JSON payload, or the text as a string."""
+        run_id = _path_id(request, "run_id")
+        tenant = self._tenant(request, needed=True)
+        form = await request.form()
+        topic, text, key = (form.get(name) for name in ("topic", "payload", "key"))
+        if not isinstance(topic, str) or not topic.strip():
+            raise _Refused(400, "a message needs a topic")
+        raw = text.strip() if isinstance(text, str) else ""
+        try:
+            payload: object = json.loads(raw) if raw else None
+        except ValueError:
+            payload = raw
+        idempotency = key.strip() if isinstance(key, str) and key.strip() else None
+        try:
+            await self.docket.send(
+                run_id, topic.strip(), payload, idempotency_key=idempotency, tenant_id=tenant
+            )
+        except errors.InvalidInput as exc:
+            raise _Refused(422, "; ".join(exc.reasons) or exc.message) from None
+        except (errors.InactiveRun, errors.Unsupported) as exc:
+            raise _Refused(409, exc.message) from None
+        return RedirectResponse(self._run_url(run_id, tenant, notice="sent"), 303)
+
     # -- graphs -----------------------------------------------------------------------------
 
     async def graphs(self, request: Request) -> Response:
@@ -709,6 +734,7 @@ def create_app(
             guard(console.resolve, mutating=True),
             methods=["POST"],
         ),
+        Route("/runs/{run_id}/messages", guard(console.send, mutating=True), methods=["POST"]),
         Route("/graphs", guard(console.graphs)),
         Route("/graphs/{graph_id}", guard(console.graph)),
         Route("/graphs/{graph_id}/{graph_hash}", guard(console.graph)),
