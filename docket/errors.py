@@ -46,6 +46,7 @@ why a graph does not compile). The tree, each class with its ``code``::
         ├── InvalidBackend                  invalid_backend
         ├── RuntimeUnavailable              runtime_unavailable
         ├── Unsupported                     unsupported
+        ├── InvalidSchedule                 invalid_schedule
         ├── AwaitTimeout                    timeout
         └── RunPoisoned                     poisoned
 
@@ -82,6 +83,7 @@ __all__ = [
     "InvalidOptions",
     "InvalidPolicy",
     "InvalidRun",
+    "InvalidSchedule",
     "InvalidSettings",
     "InvalidTenant",
     "InvalidTransition",
@@ -272,6 +274,13 @@ class Unsupported(DocketError):
     (``details["feature"]``); nothing was written."""
 
     code = "unsupported"
+
+
+class InvalidSchedule(DocketError):
+    """A schedule's cron expression, time zone or options are unusable
+    (``details["reasons"]``); nothing was stored."""
+
+    code = "invalid_schedule"
 
 
 class AwaitTimeout(DocketError):

@@ -44,6 +44,7 @@ from docket._facade_children import (
     require_runnable_children,
 )
 from docket._facade_family import read_children
+from docket._facade_schedules import ScheduleMethods
 from docket._facade_spans import lifecycle
 from docket._facade_time import require_feature, run_timing
 from docket.contract import errors as contract
@@ -148,7 +149,7 @@ class DrainSummary:
         return len(self.outcomes)
 
 
-class Docket:
+class Docket(ScheduleMethods):  # schedule methods: docket/_facade_schedules.py
     """A docket runtime instance: one backend, one node registry, one set of settings.
 
     ``backend`` is a URL (``"sqlite:///app.db"``, ``"memory://"``; resolved through the
@@ -838,6 +839,7 @@ class Docket:
             on_poisoned=self._on_poisoned,
             name=name,
             telemetry=self.telemetry,
+            ticker=self._schedule_ticker(),
         )
         self._workers.append(worker)
         return worker

@@ -38,6 +38,8 @@ setting                       default     meaning
                                           waits for (the child's own hand-off normally wakes
                                           it first; this bounds a lost one)
 ``child_recheck_cap``         300.0       longest such delay (it grows with the wait)
+``schedule_poll``             None        longest pause between two looks of a worker's ticker
+                                          at the due cron schedules (``None``: ``poll_interval``)
 ``eager_starts``              True        a run started through a Docket whose running worker
                                           has a free slot is written already claimed by that
                                           worker and drained at once (when the backend
@@ -109,6 +111,7 @@ class Settings:
     child_recheck: float = 5.0
     child_recheck_cap: float = 300.0
     eager_starts: bool = True
+    schedule_poll: float | None = None  # None: poll_interval (docs/schedules.md)
 
     def problems(self) -> list[str]:
         """Every reason these settings cannot run (empty when they can)."""
@@ -123,6 +126,13 @@ class Settings:
             value = getattr(self, name)
             if not _integer(value) or value < 1:
                 out.append(f"{name} must be a positive integer, got {value!r}")
+        if self.schedule_poll is not None and (
+            not _number(self.schedule_poll) or not self.schedule_poll > 0
+        ):
+            out.append(
+                f"schedule_poll must be a positive number of seconds or None, "
+                f"got {self.schedule_poll!r}"
+            )
         if not isinstance(self.eager_starts, bool):
             out.append(f"eager_starts must be True or False, got {self.eager_starts!r}")
         if self.max_supersteps is not None and (
@@ -177,6 +187,11 @@ class Settings:
     def recovery_bound(self) -> float:
         """Longest time before a dead worker's run is claimed again by an idle worker."""
         return self.claim_ttl + self.poll_interval
+
+    @property
+    def schedule_interval(self) -> float:
+        """How often a worker's ticker looks at the due schedules."""
+        return self.poll_interval if self.schedule_poll is None else self.schedule_poll
 
     @property
     def node_timeout_ms(self) -> int:

@@ -87,3 +87,14 @@ def test_reminders_sleep_take_a_kept_message_time_out_and_pass_a_deadline() -> N
     ) in out
     assert "run linus is failed: deadline_exceeded" in out
     assert "ada's acknowledgement was taken 1 time(s)" in out
+
+
+def test_nightly_report_starts_one_run_a_night_through_dst_and_makes_up_no_pause() -> None:
+    out = run_example("nightly_report.py")
+    assert "night 2026-03-07 02:00 EST: run nightly@20260307T070000Z is done" in out
+    # 02:00 does not exist on 2026-03-08 in New York: the tick fires once, at 03:00 EDT
+    assert "night 2026-03-08 03:00 EDT: run nightly@20260308T070000Z is done" in out
+    assert "night 2026-03-09 02:00 EDT: run nightly@20260309T060000Z is done" in out
+    assert "triggered by hand: run nightly@manual-run_... is done" in out
+    assert "resumed after 5 paused days; next tick 2026-03-15 06:00Z" in out
+    assert "4 runs in all" in out

@@ -157,3 +157,15 @@ def test_the_summary_says_which_features_were_declared_and_how_they_went() -> No
     done = _run(*kit, "--docket-backend-factory", mutant, *common)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "durable: declared, FAILED by FEATURE-DURABLE-REOPEN" in done.stdout
+
+
+def test_every_time_mutant_is_a_negative_control() -> None:
+    from docket_contract_tests.mutants_time import TIME_MUTANTS
+    from docket_contract_tests.negative import _registry
+
+    assert len(TIME_MUTANTS) >= 12
+    assert set(TIME_MUTANTS) <= set(_registry())
+    prefixes = ("TIMER-", "MESSAGE-", "SCHED-")
+    assert all(
+        m.catches and all(c.startswith(prefixes) for c in m.catches) for m in TIME_MUTANTS.values()
+    )

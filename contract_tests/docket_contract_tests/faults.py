@@ -386,6 +386,12 @@ class FaultyBackend:
     def transitions(self) -> _TransitionStore:
         return self._transitions
 
+    @property
+    def schedules(self) -> object:
+        """The inner backend's schedule store, unfaulted (no fault case reaches it); it is
+        there so a bundle declaring ``schedules`` still negotiates through the proxy."""
+        return getattr(self.inner, "schedules", None)
+
     async def open(self) -> None:
         await self.inner.open()
 

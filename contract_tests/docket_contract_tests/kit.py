@@ -165,12 +165,17 @@ def audit_problems(info: RunInfo, *, owner: OwnerScope | None = None) -> list[st
     claimed = info.claimed_at is not None
     woken = info.wake_at is not None
     poisoned = info.poisoned_at is not None
-    if status is not RunStatus.RUNNING and (claimed or woken or poisoned):
+    # a waiting run may be due at a time (a deadline, a message timeout) and is then
+    # claimed like a running one (Feature.TIMERS); one waiting on External has neither
+    live = status in (RunStatus.RUNNING, RunStatus.WAITING)
+    if not live and (claimed or woken or poisoned):
         out.append(f"5: a {status} run has no claim, wake or poison")
-    if poisoned and (status is not RunStatus.RUNNING or claimed or woken):
-        out.append("6: a poisoned run is running, with no claim and no wake")
+    if poisoned and (not live or claimed or woken):
+        out.append("6: a poisoned run is running or waiting, with no claim and no wake")
     if status is RunStatus.RUNNING and not poisoned and claimed == woken:
         out.append("7: a healthy running run has exactly one of wake_at / claim")
+    if status is RunStatus.WAITING and claimed and woken:
+        out.append("7: a waiting run has at most one of wake_at / claim")
     for name in ("claim_attempts", "claim_abandons"):
         value = getattr(info, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:

@@ -209,7 +209,7 @@ class _Reference(MemoryBackend):
             ready: list[Candidate] = []
             expired: list[Candidate] = []
             for (tenant, run_id), row in self._runs.items():
-                if row.run.status.value != "running" or row.poisoned:
+                if not self._claimable(row):
                     continue
                 if row.claim_token is None:
                     if row.wake_at is not None and row.wake_at <= now:

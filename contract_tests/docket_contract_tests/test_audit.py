@@ -115,8 +115,11 @@ BROKEN: dict[str, Any] = {
     "poisoned-with-wake": lambda i, k: attrs.evolve(
         i, poisoned_at=k.t0, poison_reason="max_claim_attempts_exceeded"
     ),
-    "waiting-with-wake": lambda i, k: attrs.evolve(
-        i, run=attrs.evolve(i.run, status=RunStatus.WAITING)
+    "waiting-with-wake-and-claim": lambda i, k: attrs.evolve(
+        i, claimed_at=k.t0, run=attrs.evolve(i.run, status=RunStatus.WAITING)
+    ),
+    "done-with-wake": lambda i, k: attrs.evolve(
+        i, run=attrs.evolve(i.run, status=RunStatus.DONE, finished_at=k.t0)
     ),
     "terminal-without-finished-at": lambda i, k: attrs.evolve(
         i, wake_at=None, run=attrs.evolve(i.run, status=RunStatus.CANCELLED)

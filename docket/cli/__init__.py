@@ -14,6 +14,7 @@ application's :class:`~docket.Docket` — its backend, node registry and tenant 
     docket graph list [GRAPH]         a graph's versions (or the graphs runs use)
     docket runs start GRAPH [--input JSON] [--run-id ID]
     docket runs list|show|events|watch|cancel|retry|resolve|send
+    docket schedules create|list|show|pause|resume|delete|trigger    cron schedules
     docket worker --app module:attr [--concurrency N] [--processes N] [--ui-port N]
     docket ui [--host 127.0.0.1] [--port 8787] [--token T] [--worker]   the web console
     docket migrate [--sql]            upgrade the store's schema (or print its DDL)
@@ -42,6 +43,7 @@ from docket.cli._common import _Failed, load_app
 from docket.cli._graphs import _add_graph_commands
 from docket.cli._output import error_explanation, one_line
 from docket.cli._runs import _add_run_commands
+from docket.cli._schedules import _add_schedule_commands
 from docket.cli._ui import _add_ui_command
 from docket.cli._worker import _add_worker_command
 from docket.contract.errors import StoreError
@@ -55,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_graph_commands(commands)
     _add_run_commands(commands)
+    _add_schedule_commands(commands)
     _add_worker_command(commands)
     _add_admin_commands(commands)
     _add_ui_command(commands)

@@ -122,6 +122,9 @@ from docket.records import (
 )
 from docket.values import JSONDict, utc
 
+#: The run statuses claim_due may take (a waiting one only by its wake or expired claim).
+_CLAIMABLE = frozenset({"running", "waiting"})
+
 
 @attrs.define
 class _Row:
@@ -179,6 +182,8 @@ class MemoryBackend:
                     Feature.REOPEN_FAILED,
                     Feature.PRUNE,
                     Feature.CHILD_RUNS,
+                    Feature.TIMERS,
+                    Feature.MESSAGES,
                     Feature.SCHEDULES,
                 }
             ),
@@ -261,6 +266,12 @@ class MemoryBackend:
     def _expired(self, row: _Row, now: datetime, ttl: timedelta) -> bool:
         """Seam: a claim is stealable only strictly after the TTL boundary."""
         return row.claimed_at is not None and row.claimed_at < now - ttl
+
+    def _claimable(self, row: _Row) -> bool:
+        """Seam: whether ``claim_due`` may take the row when due or expired. A waiting run
+        is taken only by its wake (a deadline, a message timeout) or an expired claim; one
+        waiting on ``External`` has no wake, so it never is."""
+        return row.run.status.value in _CLAIMABLE and not row.poisoned
 
     def _new_token(self) -> str:
         return secrets.token_urlsafe(18)
@@ -434,7 +445,7 @@ class MemoryBackend:
             ready: list[tuple[datetime, str, str | None]] = []
             expired: list[tuple[datetime, str, str | None]] = []
             for (tenant, run_id), row in self._runs.items():
-                if row.run.status.value != "running" or row.poisoned:
+                if not self._claimable(row):
                     continue
                 if row.claim_token is None:
                     if row.wake_at is not None and row.wake_at <= now:

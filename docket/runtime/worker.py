@@ -18,6 +18,9 @@ One dispatcher loop per worker:
   jittered between half and all of ``poll_interval`` so that processes sharing a store do
   not poll in lock-step; it is measured from the *start* of the previous poll, so an idle
   worker polls at least once per ``poll_interval``;
+* **tick** — given a :class:`~docket.runtime.schedules.ScheduleTicker` (the backend
+  declares ``schedules``), each poll also starts a ticker pass in its own task, at most
+  every ``schedule_poll`` seconds and one at a time (docs/schedules.md);
 * **stop** — :meth:`Worker.stop` stops claiming at once; drains in flight yield at their
   next commit boundary (the run is committed as due-now and its claim released) and are
   awaited up to ``shutdown_timeout`` from the stop (so is a ``claim_due`` in flight, which
@@ -46,6 +49,7 @@ from docket.contract.proposals import ClaimBatch, ClaimClass, ClaimPolicy, Lease
 from docket.contract.protocols import Backend
 from docket.records import OwnerScope, Run, tenant_id_of
 from docket.runtime.drain import Drainer, DrainOutcome
+from docket.runtime.schedules import ScheduleTicker
 from docket.settings import Settings
 from docket.telemetry import NO_SPAN, Measurements, Span, Telemetry, stamp_logger, store_result
 
@@ -84,8 +88,12 @@ class Worker:
         on_poisoned: PoisonHandler | None = None,
         name: str = "worker",
         telemetry: Telemetry | None = None,
+        ticker: ScheduleTicker | None = None,
     ) -> None:
         self._backend = backend
+        self._ticker = ticker
+        self._ticking: asyncio.Task[object] | None = None
+        self._ticked_at: float | None = None  # monotonic start of the last ticker pass
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._drainer = drainer
         self._settings = settings
@@ -214,6 +222,7 @@ class Worker:
                 if announced is None or announced.done():
                     announced = asyncio.ensure_future(self._announced(self._pause()))
                 poll_started = time.monotonic()
+                self._maybe_tick(poll_started)
                 demand = self._settings.concurrency - self._busy()
                 filled = False
                 if demand > 0:
@@ -227,7 +236,34 @@ class Worker:
                 announced.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await announced
+            await self._stop_ticking()
             await self._shutdown()
+
+    def _maybe_tick(self, now: float) -> None:
+        """Start a ticker pass unless one runs or the last began under ``schedule_poll``
+        ago (a pass in its own task: a slow store must not hold up claiming)."""
+        if self._ticker is None or (self._ticking is not None and not self._ticking.done()):
+            return
+        interval = self._settings.schedule_interval
+        if self._ticked_at is not None and now - self._ticked_at < interval:
+            return
+        self._ticked_at = now
+        self._ticking = asyncio.ensure_future(self._tick(self._ticker))
+
+    async def _tick(self, ticker: ScheduleTicker) -> object:
+        try:
+            return await ticker.tick()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("the schedule ticker failed (%s); trying again next poll", exc)
+            return None
+
+    async def _stop_ticking(self) -> None:
+        # a pass cut short is a crash between a start and its advance: the next repeats it
+        if self._ticking is not None and not self._ticking.done():
+            self._ticking.cancel()
+            await asyncio.gather(self._ticking, return_exceptions=True)
 
     def _pause(self) -> float:
         interval = self._settings.poll_interval

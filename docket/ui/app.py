@@ -51,6 +51,7 @@ from docket.records import (
     RunSummary,
 )
 from docket.runtime.worker import Worker
+from docket.ui import schedules as schedule_pages
 from docket.ui.forms import FormField, fields_for, parse_resolution
 from docket.ui.graphview import render_svg, states_from_events
 from docket.ui.security import (
@@ -77,6 +78,9 @@ _NOTICES: Final = {
     "cancelled": "Run cancelled.",
     "retried": "Run retried.",
     "sent": "Message sent.",
+    "schedule_paused": "Schedule paused.",
+    "schedule_resumed": "Schedule resumed.",
+    "triggered": "Run started by hand from its schedule.",
 }
 _SECURITY_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
@@ -678,6 +682,29 @@ def _set_token_cookie(response: Response, token: str) -> None:
     response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/")
 
 
+def schedule_routes(console: Console) -> list[Route]:
+    """The Schedules page and its buttons (docket/ui/schedules.py)."""
+    guard = console.guard
+
+    def bound(page: Callable[[Console, Request], Awaitable[Response]]) -> Handler:
+        async def handler(request: Request) -> Response:
+            return await page(console, request)
+
+        return handler
+
+    return [
+        Route("/schedules", guard(bound(schedule_pages.schedules))),
+        *(
+            Route(
+                f"/schedules/{{schedule_id}}/{name}",
+                guard(bound(getattr(schedule_pages, name)), mutating=True),
+                methods=["POST"],
+            )
+            for name in ("pause", "resume", "trigger")
+        ),
+    ]
+
+
 def create_app(
     docket: Docket,
     *,
@@ -738,6 +765,7 @@ def create_app(
         Route("/graphs", guard(console.graphs)),
         Route("/graphs/{graph_id}", guard(console.graph)),
         Route("/graphs/{graph_id}/{graph_hash}", guard(console.graph)),
+        *schedule_routes(console),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
     return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_EncodedPaths)])

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from docket.contract import AbandonPolicy, Backoff, ClaimBatch, ClaimPolicy, Retryable
+from docket.contract.capabilities import Feature, negotiate
 from docket.contract.errors import PermanentStoreError, RetryableStoreError
 from docket.contract.kv import KVBackend, KVConflict, kv_options
 from docket.contract.kv._keys import LAYOUT_KEY, run_handle, text, time8, untext
@@ -230,3 +231,17 @@ def test_an_abandon_wakes_at_retry_at_or_on_the_doubling_backoff() -> None:
     waits = [abandon_wake(gentle, n, T0) - T0 for n in (0, 1, 2, 5, 6, 10_000)]
     assert waits == [timedelta(seconds=s) for s in (1, 2, 4, 32, 60, 60)]
     assert abandon_wake(attrs.evolve(plain, non_poisoning=True), 3, T0) == retry_at
+
+
+def test_the_adapter_declares_timers_and_messages_and_refuses_schedules() -> None:
+    """The due index is status-blind, so a waiting run with a due wake is claimed (the kit's
+    TIMER-* and MESSAGE-* cases run on it through LMDB); it keeps no schedules, so it may
+    not declare them and negotiates without a ``.schedules`` store."""
+    backend = backend_on(DictStore())
+    features = backend.capabilities().features
+    assert {Feature.TIMERS, Feature.MESSAGES} <= features
+    assert Feature.SCHEDULES not in features
+    assert getattr(backend, "schedules", None) is None
+    assert negotiate(backend).features == features
+    with pytest.raises(ValueError, match="keeps no cron schedules"):
+        KVBackend(lambda: DictStore(), name="dict", features=(Feature.SCHEDULES,))

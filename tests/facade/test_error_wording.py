@@ -217,6 +217,7 @@ def test_every_error_type_is_worded_here() -> None:
         "InactiveRun", "InvalidTenant", "InvalidOptions", "AwaitTimeout", "InvalidGraph",
         "InvalidSettings", "InvalidBackend", "RuntimeUnavailable", "RunPoisoned",
         "NotRetryable", "Unsupported",
+        "InvalidSchedule",  # worded in tests/schedules/test_schedules_facade.py
     }  # fmt: skip
     missing = exported - contract_types - facade_types - only_from_corrupt_graphs
     assert missing == set()

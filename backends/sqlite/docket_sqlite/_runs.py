@@ -78,16 +78,19 @@ _INFO_COLUMNS = (
     "tenant, run_json, run_parts, wake_at_us, claimed_at_us, claim_attempts, claim_abandons, "
     "poisoned_at_us, poison_reason, latest_checkpoint_type"
 )
-#: Due, unclaimed runs, oldest wake first (served by a partial index).
+#: Due, unclaimed runs, oldest wake first (served by a partial index). A waiting run is
+#: due only with a wake (a deadline, a message timeout: Feature.TIMERS); waiting for a
+#: person or a message without one (External), its wake is NULL and never matches.
 READY_SQL = (
     "SELECT wake_at_us, run_id, tenant, claim_attempts FROM docket_runs "
-    "WHERE status = 'running' AND poisoned_at_us IS NULL AND claim_token IS NULL "
+    "WHERE status IN ('running', 'waiting') AND poisoned_at_us IS NULL AND claim_token IS NULL "
     "AND wake_at_us <= ? ORDER BY wake_at_us, run_id, tenant LIMIT ?"
 )
 #: Claimed runs whose claim expired, oldest claim first (served by a partial index).
 EXPIRED_SQL = (
     "SELECT claimed_at_us, run_id, tenant, claim_attempts FROM docket_runs "
-    "WHERE status = 'running' AND poisoned_at_us IS NULL AND claim_token IS NOT NULL "
+    "WHERE status IN ('running', 'waiting') AND poisoned_at_us IS NULL "
+    "AND claim_token IS NOT NULL "
     "AND claimed_at_us < ? ORDER BY claimed_at_us, run_id, tenant LIMIT ?"
 )
 

@@ -12,7 +12,8 @@ Where the rest lives:
 * ``_threads.py`` — worker threads, group commit, in-process wake-ups;
 * ``_rows.py`` — column encodings and run documents stored in pieces;
 * ``_graphs.py``, ``_runs.py``, ``_events.py``, ``_transitions.py`` — one class per
-  contract store (``graphs``, ``runs``, ``events``, ``transitions``);
+  contract store (``graphs``, ``runs``, ``events``, ``transitions``), and
+  ``_schedules.py`` for the optional ``schedules`` store;
 * ``schema.py`` — the DDL, connection settings and migrations.
 
 Other processes on the same file learn about new work by polling (see the docs).
@@ -36,6 +37,7 @@ from docket_sqlite._engine import Engine
 from docket_sqlite._events import SQLiteEventStore
 from docket_sqlite._graphs import SQLiteGraphStore
 from docket_sqlite._runs import SQLiteRunStore
+from docket_sqlite._schedules import SQLiteScheduleStore
 from docket_sqlite._transitions import SQLiteTransitionStore
 from docket_sqlite.errors import store_error
 from docket_sqlite.schema import (
@@ -110,6 +112,7 @@ class SQLiteBackend:
         self._runs = SQLiteRunStore(engine)
         self._events = SQLiteEventStore(engine)
         self._transitions = SQLiteTransitionStore(engine)
+        self._schedules = SQLiteScheduleStore(engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> SQLiteBackend:
@@ -128,7 +131,16 @@ class SQLiteBackend:
     # -- bundle -----------------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
-        features = {Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.CHILD_RUNS}
+        features = {
+            Feature.NOTIFY,
+            Feature.REOPEN_FAILED,
+            Feature.CHILD_RUNS,
+            # schema version 3: waiting runs with a wake are claimed, schedules have a table;
+            # messages live in the run document and need nothing of their own
+            Feature.TIMERS,
+            Feature.MESSAGES,
+            Feature.SCHEDULES,
+        }
         if not self._engine.target.memory:
             features.add(Feature.DURABLE)
             if self._engine.synchronous == "FULL":
@@ -150,6 +162,11 @@ class SQLiteBackend:
     @property
     def transitions(self) -> SQLiteTransitionStore:
         return self._transitions
+
+    @property
+    def schedules(self) -> SQLiteScheduleStore:
+        """Cron schedules (``Feature.SCHEDULES``): a ``docket.contract.ScheduleStore``."""
+        return self._schedules
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ Conventions of the schema:
   document longer than :data:`RUN_PIECE_BYTES` is cut into pieces of that size
   (version 2): the first in ``docket_runs.run_json``, the rest in
   ``docket_run_parts``; their concatenation is the document, byte for byte.
+* Cron schedules (version 3) are ``docket_schedules`` rows: the ``schedule_to_json``
+  document beside ``version`` (the fence) and ``due_at_us`` (NULL when paused).
 * CHECK constraints state the operational-tuple invariants, so the file itself refuses
   an impossible row, whoever writes it; triggers make run identity, events and
   recorded transitions immutable.
@@ -41,7 +43,7 @@ from docket_sqlite.errors import (
 )
 from docket_sqlite.url import Target, parse_url
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 MIN_SQLITE_VERSION: Final = (3, 37, 0)  # STRICT tables (3.37), RETURNING (3.35)
 SYNCHRONOUS_MODES: Final = ("FULL", "NORMAL")
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
@@ -187,9 +189,117 @@ _V2: Final[tuple[str, ...]] = (
 ) STRICT""",
 )
 
+_RUN_COLUMNS: Final = (
+    "tenant, run_id, graph_id, graph_hash, status, step, checkpoint_seq, event_seq, "
+    "started_at_us, updated_at_us, finished_at_us, run_json, latest_checkpoint_type, "
+    "wake_at_us, claim_token, claimed_at_us, claim_attempts, claim_abandons, "
+    "poisoned_at_us, poison_reason, run_parts"
+)
+_ACTIVE = "('running', 'waiting')"
+
+# Version 3 (durable time and schedules): a *waiting* run may be due at a time (a
+# deadline, a message wait's timeout), so it may carry a wake, be claimed when that is
+# due and be poisoned like a running one; a waiting run without a wake (External) is
+# never claimed. SQLite cannot change a CHECK constraint in place, so ``docket_runs`` is
+# rebuilt (SQLite's documented table-rebuild procedure: copy, drop, rename, recreate its
+# indexes and trigger). Dropping a parent table with foreign keys enforced would delete
+# its events, so :func:`apply_migrations` turns enforcement off around the migration
+# transaction and checks the keys before committing; as a standalone script (schema_sql)
+# the PRAGMAs below do the same. Cron schedules get their own table: the document
+# (``schedule_to_json``) beside the columns queries need, ``due_at_us`` NULL when paused.
+_V3: Final[tuple[str, ...]] = (
+    "PRAGMA foreign_keys = OFF",  # a no-op inside apply_migrations' transaction (see above)
+    f"""CREATE TABLE docket_runs_v3 (
+    tenant                 TEXT    NOT NULL,
+    run_id                 TEXT    NOT NULL CHECK (run_id <> ''),
+    graph_id               TEXT    NOT NULL,
+    graph_hash             TEXT    NOT NULL,
+    status                 TEXT    NOT NULL,
+    step                   INTEGER NOT NULL,
+    checkpoint_seq         INTEGER NOT NULL,
+    event_seq              INTEGER NOT NULL,
+    started_at_us          INTEGER NOT NULL,
+    updated_at_us          INTEGER NOT NULL,
+    finished_at_us         INTEGER,
+    run_json               BLOB    NOT NULL,
+    latest_checkpoint_type TEXT    NOT NULL,
+    wake_at_us             INTEGER,
+    claim_token            TEXT,
+    claimed_at_us          INTEGER,
+    claim_attempts         INTEGER NOT NULL DEFAULT 0,
+    claim_abandons         INTEGER NOT NULL DEFAULT 0,
+    poisoned_at_us         INTEGER,
+    poison_reason          TEXT,
+    run_parts              INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, run_id),
+    FOREIGN KEY (tenant, graph_id, graph_hash)
+        REFERENCES docket_graphs (tenant, graph_id, graph_hash) ON DELETE RESTRICT,
+    CONSTRAINT status_check
+        CHECK (status IN ('running', 'waiting', 'done', 'failed', 'cancelled')),
+    CONSTRAINT checkpoint_type_check CHECK (latest_checkpoint_type IN (
+        'run_initialized', 'step_committed', 'retry_scheduled', 'interrupt_requested',
+        'interrupt_resolved', 'run_completed', 'run_failed', 'run_cancelled')),
+    CONSTRAINT finished_at_check
+        CHECK ((finished_at_us IS NOT NULL) = (status IN {_TERMINAL})),
+    CONSTRAINT claim_pair_check CHECK ((claim_token IS NULL) = (claimed_at_us IS NULL)),
+    CONSTRAINT claim_token_check CHECK (claim_token IS NULL OR claim_token <> ''),
+    CONSTRAINT poison_pair_check CHECK ((poisoned_at_us IS NULL) = (poison_reason IS NULL)),
+    CONSTRAINT poison_reason_check CHECK (poison_reason IS NULL OR poison_reason <> ''),
+    CONSTRAINT idle_unless_active_check CHECK (
+        status IN {_ACTIVE}
+        OR (claim_token IS NULL AND wake_at_us IS NULL AND poisoned_at_us IS NULL)),
+    CONSTRAINT poisoned_shape_check CHECK (
+        poisoned_at_us IS NULL
+        OR (status IN {_ACTIVE} AND claim_token IS NULL AND wake_at_us IS NULL)),
+    CONSTRAINT running_schedule_check CHECK (
+        status <> 'running' OR poisoned_at_us IS NOT NULL
+        OR ((wake_at_us IS NULL) <> (claim_token IS NULL))),
+    CONSTRAINT waiting_schedule_check CHECK (
+        status <> 'waiting' OR wake_at_us IS NULL OR claim_token IS NULL),
+    CONSTRAINT counters_check CHECK (
+        step >= 0 AND checkpoint_seq >= 1 AND event_seq >= 0
+        AND claim_attempts >= 0 AND claim_abandons >= 0),
+    CONSTRAINT run_parts_check
+        CHECK (run_parts >= 0 AND (run_parts = 0 OR length(run_json) = {RUN_PIECE_BYTES}))
+) STRICT""",
+    f"INSERT INTO docket_runs_v3 ({_RUN_COLUMNS}) SELECT {_RUN_COLUMNS} FROM docket_runs",
+    "DROP TABLE docket_runs",  # its indexes and trigger go with it; recreated below
+    "ALTER TABLE docket_runs_v3 RENAME TO docket_runs",
+    # Due runs (running, or waiting with a wake), oldest wake first: a ready claim.
+    f"""CREATE INDEX docket_runs_due ON docket_runs (wake_at_us, run_id, tenant)
+    WHERE status IN {_ACTIVE} AND poisoned_at_us IS NULL AND claim_token IS NULL""",
+    # Claimed runs, oldest claim first: what an expired (recovery) claim reads.
+    f"""CREATE INDEX docket_runs_claimed ON docket_runs (claimed_at_us, run_id, tenant)
+    WHERE status IN {_ACTIVE} AND poisoned_at_us IS NULL AND claim_token IS NOT NULL""",
+    *(
+        statement
+        for statement in _V1
+        if statement.startswith(
+            (
+                "CREATE INDEX docket_runs_by_",
+                "CREATE TRIGGER docket_runs_identity_is_immutable",
+            )
+        )
+    ),
+    """CREATE TABLE docket_schedules (
+    tenant      TEXT    NOT NULL,
+    schedule_id TEXT    NOT NULL CHECK (schedule_id <> ''),
+    version     INTEGER NOT NULL CHECK (version >= 1),
+    due_at_us   INTEGER,
+    document    BLOB    NOT NULL,
+    PRIMARY KEY (tenant, schedule_id)
+) STRICT""",
+    # Due schedules, oldest first (paused or finished ones have no due_at and no entry).
+    """CREATE INDEX docket_schedules_due ON docket_schedules (due_at_us, schedule_id, tenant)
+    WHERE due_at_us IS NOT NULL""",
+    # Listing across every owner, by (schedule_id, tenant); one owner's uses the key.
+    """CREATE INDEX docket_schedules_by_id ON docket_schedules (schedule_id, tenant)""",
+    "PRAGMA foreign_keys = ON",
+)
+
 #: Ordered migrations: ``(version, statements)``; applying version N's statements to a
 #: file at version N-1 yields version N. Version 0 is "no docket tables yet".
-MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = ((1, _V1), (2, _V2))
+MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = ((1, _V1), (2, _V2), (3, _V3))
 
 #: Tables a file at :data:`SCHEMA_VERSION` must have (the shape check on open).
 REQUIRED_TABLES: Final = frozenset(
@@ -200,6 +310,7 @@ REQUIRED_TABLES: Final = frozenset(
         "docket_run_parts",
         "docket_events",
         "docket_transitions",
+        "docket_schedules",
     }
 )
 
@@ -356,7 +467,26 @@ def apply_migrations(
     With ``upgrade=False`` only a fresh file (version 0) is initialised; an older
     version raises :class:`SchemaTooOld`. The version is re-read inside the
     transaction, so two processes racing to initialise a fresh file are harmless.
+    Foreign keys are not enforced during the transaction (a table rebuild drops a parent
+    table, which would delete its children, and the PRAGMA is a no-op inside a
+    transaction); they are checked before the commit instead.
     """
+    try:
+        enforced = bool(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+        conn.execute("PRAGMA foreign_keys = OFF")
+    except sqlite3.Error as exc:
+        raise store_error(exc) from exc
+    try:
+        return _migrate_in_transaction(conn, where, now_us=now_us, upgrade=upgrade)
+    finally:
+        if enforced:
+            with contextlib.suppress(sqlite3.Error):  # a broken connection: closed anyway
+                conn.execute("PRAGMA foreign_keys = ON")
+
+
+def _migrate_in_transaction(
+    conn: sqlite3.Connection, where: str, *, now_us: int, upgrade: bool
+) -> tuple[int, int]:
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
@@ -374,6 +504,12 @@ def apply_migrations(
             conn.execute(
                 "INSERT INTO docket_meta (key, value) VALUES ('created_at_us', ?)",
                 (str(now_us),),
+            )
+        broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise PermanentStoreError(
+                f"{where}: migrating would leave {len(broken)} rows without their parent "
+                f"(first: {tuple(broken[0])!r}); nothing was changed"
             )
         conn.execute("COMMIT")
     except BaseException as exc:

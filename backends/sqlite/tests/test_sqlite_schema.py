@@ -256,7 +256,10 @@ IMPOSSIBLE_UPDATES: dict[str, str] = {
         "poisoned_at_us = 1, poison_reason = 'x', wake_at_us = NULL, "
         "claim_token = 'tok', claimed_at_us = 1"
     ),
-    "waiting-with-a-wake": "status = 'waiting'",
+    # version 3: a waiting run may have a wake (a deadline) or a claim, never both
+    "waiting-with-a-wake-and-a-claim": (
+        "status = 'waiting', claim_token = 'tok', claimed_at_us = 1"
+    ),
     "terminal-without-finished-at": "status = 'done', wake_at_us = NULL",
     "finished-at-while-running": "finished_at_us = 1",
     "created-is-not-stored": "status = 'created'",
@@ -295,6 +298,10 @@ def test_possible_operational_states_are_accepted(seeded: sqlite3.Connection) ->
         "wake_at_us = NULL, claim_token = 'tok', claimed_at_us = 5",  # claimed
         "claim_token = NULL, claimed_at_us = NULL, poisoned_at_us = 9, poison_reason = 'p'",
         "poisoned_at_us = NULL, poison_reason = NULL, status = 'waiting'",  # parked
+        "wake_at_us = 7",  # waiting until a deadline (version 3)
+        "wake_at_us = NULL, claim_token = 'tok', claimed_at_us = 8",  # ... claimed at it
+        "claim_token = NULL, claimed_at_us = NULL, poisoned_at_us = 9, poison_reason = 'p'",
+        "poisoned_at_us = NULL, poison_reason = NULL",  # waiting for a person again
         "status = 'failed', finished_at_us = 10",  # terminal
     ):
         seeded.execute(f"UPDATE docket_runs SET {assignment} WHERE run_id = 'run-0'")

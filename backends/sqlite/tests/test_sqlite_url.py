@@ -114,6 +114,9 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.DURABLE_FSYNC,
         Feature.REOPEN_FAILED,
         Feature.CHILD_RUNS,
+        Feature.TIMERS,
+        Feature.MESSAGES,
+        Feature.SCHEDULES,
     }
     normal = SQLiteBackend(tmp_path / "normal.db", synchronous="NORMAL")
     assert negotiate(normal).features == {
@@ -121,11 +124,17 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.DURABLE,
         Feature.REOPEN_FAILED,
         Feature.CHILD_RUNS,
+        Feature.TIMERS,
+        Feature.MESSAGES,
+        Feature.SCHEDULES,
     }
     memory = SQLiteBackend(":memory:")
     assert negotiate(memory).features == {
         Feature.NOTIFY,
         Feature.REOPEN_FAILED,
         Feature.CHILD_RUNS,
+        Feature.TIMERS,
+        Feature.MESSAGES,
+        Feature.SCHEDULES,
     }
     assert memory.path is None

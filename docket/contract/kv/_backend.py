@@ -141,8 +141,10 @@ class KVBackend(ValidatedTransitions):
     """The whole contract over one :class:`KVStore`.
 
     ``open_store`` opens the store (called by :meth:`open`, on a worker thread);
-    ``name`` and ``features`` go into the capabilities (``notify`` and ``reopen_failed``
-    are always declared; a durable store adds ``durable``/``durable.fsync``). ``clock``
+    ``name`` and ``features`` go into the capabilities (``notify``, ``reopen_failed``,
+    ``child_runs``, ``timers`` and ``messages`` are always declared; a durable store adds
+    ``durable``/``durable.fsync``; ``schedules`` is refused: the adapter keeps no
+    schedules, so a runtime on it runs no cron schedules). ``clock``
     is the backend's one clock (the host's by default); ``wake_key`` names the store
     (its path, say) so that backends on the same store in this process wake each
     other's ``wait_for_work``; ``prefix`` puts every key under a prefix, so several
@@ -163,9 +165,23 @@ class KVBackend(ValidatedTransitions):
     ) -> None:
         self._open_store = open_store
         self._name = name
+        # the due index is the wake, whatever the status: a waiting run with a due wake is
+        # claimed like a running one (timers); a send is any fenced commit (messages)
         self._features = frozenset(
-            {Feature.NOTIFY, Feature.REOPEN_FAILED, Feature.CHILD_RUNS, *features}
+            {
+                Feature.NOTIFY,
+                Feature.REOPEN_FAILED,
+                Feature.CHILD_RUNS,
+                Feature.TIMERS,
+                Feature.MESSAGES,
+                *features,
+            }
         )
+        if Feature.SCHEDULES in self._features:
+            raise ValueError(
+                "the KV adapter keeps no cron schedules: it cannot declare 'schedules' "
+                "(use a backend that provides a ScheduleStore)"
+            )
         self._clock = clock or system_clock
         self._limits = limits or Limits()
         self._prefix = prefix
