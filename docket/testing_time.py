@@ -80,6 +80,8 @@ BackendFactory: TypeAlias = Callable[[ManualClock], Backend]
 
 # An idle worker must never wake on its own: the environment kicks it instead.
 _IDLE_POLL: Final = 365 * 24 * 3600.0
+# ... and its schedule ticker looks at the due schedules on every poll the env causes
+_TICKER_POLL: Final = 1e-6
 # Reads never change what is due; every other store call may.
 _READS: Final = frozenset(
     {
@@ -314,7 +316,13 @@ class TimeSkippingEnv:
         self._concurrency = concurrency
         base = settings if settings is not None else Settings()
         self._settings = attrs.evolve(
-            base, **{"eager_starts": False, **overrides, "poll_interval": _IDLE_POLL}
+            base,
+            **{
+                "eager_starts": False,
+                **overrides,
+                "poll_interval": _IDLE_POLL,
+                "schedule_poll": _TICKER_POLL,
+            },
         ).validate()
         self._options = _DocketOptions(
             nodes=nodes,
@@ -578,7 +586,8 @@ class TimeSkippingEnv:
         while True:
             traffic.changed.clear()
             if traffic.polls == 0 and all(w.in_flight == 0 for w in self._workers):
-                if traffic.quiet == traffic.generation:
+                # a due schedule means a ticker pass is (or must be) on its way
+                if traffic.quiet == traffic.generation and not await self._schedule_due():
                     return
                 traffic.kick()
             left = give_up - time.monotonic()
@@ -623,6 +632,12 @@ class TimeSkippingEnv:
             if not page.has_more:
                 return
             before = page.next_before
+
+    async def _schedule_due(self) -> bool:
+        if Feature.SCHEDULES not in self.docket.capabilities.features:
+            return False
+        store = getattr(self.backend, "schedules", None)
+        return store is not None and bool(await store.due_schedules(now=self.clock(), limit=1))
 
     async def _schedule_wakes(self) -> list[datetime]:
         if Feature.SCHEDULES not in self.docket.capabilities.features:
