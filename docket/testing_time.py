@@ -18,7 +18,9 @@ How the workers are steered: the environment's Docket talks to the backend throu
 thin view that counts the store traffic (polls, commits) and answers ``wait_for_work``
 itself. An idle worker therefore waits for the environment's kick, never for the poll
 interval (set to a year), and the environment knows the workers are idle when no drain
-is in flight and a poll found nothing due since the last change. Nothing moves between
+is in flight, a poll found nothing due since the last change and no schedule is due
+(each worker's ticker looks at the due schedules on every poll the environment causes:
+``schedule_poll`` is a microsecond). Nothing moves between
 two calls of the environment (eager starts are off by default), so tests are
 deterministic: ids come from :class:`~docket.testing.SequentialIds` and time from the
 manual clock; with the default single worker of concurrency one, runs are drained one
