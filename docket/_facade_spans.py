@@ -4,32 +4,35 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from docket.records import Run
-from docket.telemetry import Metadata, log_context
+from docket.telemetry import Metadata, Telemetry, log_context
 
-if TYPE_CHECKING:
-    from docket.facade import Docket
+
+class _Traced(Protocol):
+    telemetry: Telemetry
+
 
 _P = ParamSpec("_P")
+_S = TypeVar("_S", bound=_Traced)
 
 
 def lifecycle(
     name: str, *, run_id_first: bool = False
 ) -> Callable[
-    [Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]]],
-    Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]],
+    [Callable[Concatenate[_S, _P], Coroutine[Any, Any, Run]]],
+    Callable[Concatenate[_S, _P], Coroutine[Any, Any, Run]],
 ]:
     """Run a lifecycle method inside a ``name`` span (and, when its first argument is the
     run id, inside that run's logging context). The span's end reports the run as
     committed: id, graph, status, checkpoint."""
 
     def wrap(
-        method: Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]],
-    ) -> Callable[Concatenate[Docket, _P], Coroutine[Any, Any, Run]]:
+        method: Callable[Concatenate[_S, _P], Coroutine[Any, Any, Run]],
+    ) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, Run]]:
         @functools.wraps(method)
-        async def traced(self: Docket, /, *args: _P.args, **kwargs: _P.kwargs) -> Run:
+        async def traced(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> Run:
             tenant_id = kwargs.get("tenant_id")
             run_id = (args[0] if args else kwargs.get("run_id")) if run_id_first else None
             with log_context(

@@ -26,6 +26,10 @@ called from inside a running event loop. Errors are raised as the typed core err
 (:class:`~docket.core.errors.InvalidInput`, :class:`~docket.core.errors.UncompilableGraph`,
 :class:`~docket.core.errors.AlreadyResolved`, ...); a run that fails is not an error, it is
 a result whose ``run.status`` is ``failed``.
+
+For the real runtime (a Docket, workers and a backend) under a clock that skips idle
+time, see :class:`TimeSkippingEnv` (:mod:`docket.testing_time`, re-exported here) and
+docs/testing.md.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Final, Literal, TypeAlias, assert_never
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias, assert_never
 
 import attrs
 
@@ -96,12 +100,26 @@ from docket.runtime.execute import execute
 from docket.runtime.lifecycle import random_ids
 from docket.values import JSONDict, JSONValue
 
+if TYPE_CHECKING:  # re-exported lazily (below): the environment needs the facade
+    from docket.testing_time import (
+        NotReached,
+        NotSettled,
+        Stalled,
+        TimeSkipError,
+        TimeSkippingEnv,
+    )
+
 __all__ = [
     "DEFAULT_INLINE_MAX_SUPERSTEPS",
     "DEFAULT_START",
     "InlineResult",
+    "NotReached",
+    "NotSettled",
     "ProposalRejected",
     "SequentialIds",
+    "Stalled",
+    "TimeSkipError",
+    "TimeSkippingEnv",
     "cancel_inline",
     "cancel_inline_async",
     "resolve_interrupt_inline",
@@ -752,3 +770,21 @@ resume_inline = sync_twin(resume_inline_async)
 step_inline = sync_twin(step_inline_async)
 resolve_interrupt_inline = sync_twin(resolve_interrupt_inline_async)
 cancel_inline = sync_twin(cancel_inline_async)
+
+
+# -- the time-skipping environment (docket.testing_time) -------------------------------------
+
+_TIME_NAMES: Final = frozenset(
+    {"NotReached", "NotSettled", "Stalled", "TimeSkipError", "TimeSkippingEnv"}
+)
+
+
+def __getattr__(name: str) -> object:
+    # imported on first use: docket.testing_time imports the facade, which imports this
+    # module's neighbours; importing it here eagerly would make the facade a dependency
+    # of the inline runner
+    if name in _TIME_NAMES:
+        from docket import testing_time
+
+        return getattr(testing_time, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

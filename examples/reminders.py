@@ -124,8 +124,9 @@ def main() -> None:
                 if run.failure is not None:
                     print(f"run {run_id} is {run.status}: {run.failure.code}")
                     continue
-                log = run.output["log"] if run.output else []
-                print(f"run {run_id} is {run.status}: {'; '.join(map(str, log or []))}")
+                log = run.output.get("log") if run.output else None
+                lines = [str(line) for line in log] if isinstance(log, list) else []
+                print(f"run {run_id} is {run.status}: {'; '.join(lines)}")
             taken = [e for e in docket.history("ada") if e.type is EventType.MESSAGE_CONSUMED]
             print(f"ada's acknowledgement was taken {len(taken)} time(s)")
 

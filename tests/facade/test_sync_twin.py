@@ -19,11 +19,17 @@ ONLY_SYNC = frozenset({"start_worker", "stop_worker"})
 
 
 def _public(cls: type) -> dict[str, object]:
-    return {
-        name: member
-        for name, member in vars(cls).items()
-        if not name.startswith("_") and (inspect.isfunction(member) or isinstance(member, property))
-    }
+    """Public methods and properties, the mixins' included (Docket's signal and schedule
+    methods live in mixin classes)."""
+    found: dict[str, object] = {}
+    for klass in reversed(cls.__mro__[:-1]):  # object's own members aside
+        found.update(
+            (name, member)
+            for name, member in vars(klass).items()
+            if not name.startswith("_")
+            and (inspect.isfunction(member) or isinstance(member, property))
+        )
+    return found
 
 
 def twin_differences(
