@@ -45,6 +45,7 @@ from docket.contract import (
     RunListQuery,
     StaleAbandon,
 )
+from docket.contract.capabilities import Feature
 from docket.contract.protocols import STORE_PROTOCOLS
 from docket.records import (
     SYSTEM,
@@ -57,6 +58,7 @@ from docket.records import (
     Run,
     RunPage,
     RunStatus,
+    SchedulePage,
     Tenant,
 )
 from tests.fuzz.backends import OpenStore
@@ -111,6 +113,30 @@ def _no_versions(result: object) -> str | None:
     return f"expected no versions, got {result!r}"
 
 
+#: Tenant A's schedule (created where the backend stores schedules).
+SCHEDULE = "shared-schedule"
+
+
+def _no_schedule(result: object) -> str | None:
+    if isinstance(result, errors.NotFound | errors.Unsupported):
+        return None
+    return f"expected NotFound (or Unsupported), got {result!r}"
+
+
+def _not_deleted(result: object) -> str | None:
+    if result is False or isinstance(result, errors.Unsupported):
+        return None
+    return f"expected False (nothing deleted), got {result!r}"
+
+
+def _no_schedules(result: object) -> str | None:
+    if isinstance(result, errors.Unsupported):
+        return None
+    if isinstance(result, SchedulePage) and not result.schedules:
+        return None
+    return f"expected no schedules, got {result!r}"
+
+
 def _own_ref(result: object) -> str | None:
     return None if isinstance(result, GraphRef) else f"expected B's own GraphRef, got {result!r}"
 
@@ -151,6 +177,32 @@ FACADE: dict[str, tuple[FacadeCall, Callable[[object], str | None]]] = {
     "list_events": (lambda d, w: d.list_events(w.run_id, tenant_id=TENANT_B), _not_found),
     "history": (lambda d, w: d.history(w.run_id, tenant_id=TENANT_B), _not_found),
     "children": (lambda d, w: d.children(w.run_id, tenant_id=TENANT_B), _not_found),
+    "send": (lambda d, w: d.send(w.run_id, "topic", 1, tenant_id=TENANT_B), _not_found),
+    # A's schedule (on backends that store schedules; elsewhere each is Unsupported)
+    "create_schedule": (
+        lambda d, w: d.create_schedule(
+            SCHEDULE, w.ref.graph_id, cron="0 * * * *", tenant_id=TENANT_B
+        ),
+        _no_schedule,
+    ),
+    "get_schedule": (lambda d, w: d.get_schedule(SCHEDULE, tenant_id=TENANT_B), _no_schedule),
+    "pause_schedule": (
+        lambda d, w: d.pause_schedule(SCHEDULE, tenant_id=TENANT_B),
+        _no_schedule,
+    ),
+    "resume_schedule": (
+        lambda d, w: d.resume_schedule(SCHEDULE, tenant_id=TENANT_B),
+        _no_schedule,
+    ),
+    "trigger_schedule": (
+        lambda d, w: d.trigger_schedule(SCHEDULE, tenant_id=TENANT_B),
+        _no_schedule,
+    ),
+    "delete_schedule": (
+        lambda d, w: d.delete_schedule(SCHEDULE, tenant_id=TENANT_B),
+        _not_deleted,
+    ),
+    "list_schedules": (lambda d, w: d.list_schedules(tenant_id=TENANT_B), _no_schedules),
 }
 
 #: Operations that name no tenant's data, and why.
@@ -313,7 +365,11 @@ def test_the_tables_cover_every_operation() -> None:
 async def _facade_view(docket: Docket, world: FacadeWorld) -> tuple[object, ...]:
     """Everything of A's, read as A and as the operator (all tenants)."""
     everyone = await docket.list_runs(all_tenants=True, limit=1000)
+    schedules: object = None
+    if Feature.SCHEDULES in docket.capabilities.features:
+        schedules = await docket.get_schedule(SCHEDULE, tenant_id=TENANT_A)
     return (
+        schedules,
         await docket.inspect_run(world.run_id, tenant_id=TENANT_A),
         await docket.history(world.run_id, tenant_id=TENANT_A),
         await docket.fetch_graph(world.ref, tenant_id=TENANT_A),
@@ -335,6 +391,15 @@ def test_facade_operations_from_another_tenant_find_nothing(store: OpenStore) ->
             waiting = await docket.fetch_run(run.id, tenant_id=TENANT_A)
             assert waiting.status is RunStatus.WAITING and "question" in waiting.interrupts
             world = FacadeWorld(ref, run.id)
+            if Feature.SCHEDULES in docket.capabilities.features:
+                await docket.create_schedule(
+                    SCHEDULE,
+                    ref.graph_id,
+                    cron="0 * * * *",
+                    input={"name": "a"},
+                    tenant_id=TENANT_A,
+                    paused=True,
+                )
             problems: list[str] = []
             for name, (call, check) in sorted(FACADE.items(), key=_own_scope_last):
                 before = await _facade_view(docket, world)
