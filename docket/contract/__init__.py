@@ -66,7 +66,9 @@ from docket.contract.proposals import (
 )
 from docket.contract.protocols import (
     Backend,
+    EventFeed,
     EventStore,
+    FeedSubscription,
     GraphStore,
     Prunable,
     RunStore,
@@ -98,10 +100,12 @@ __all__ = [
     "CorruptEventRow",
     "CorruptGraph",
     "EventConflict",
+    "EventFeed",
     "EventListQuery",
     "EventStore",
     "External",
     "Feature",
+    "FeedSubscription",
     "GraphContentConflict",
     "GraphListQuery",
     "GraphStore",

@@ -44,6 +44,9 @@ class Feature(StrEnum):
     MESSAGES = "messages"
     # cron schedules: backend.schedules is a ScheduleStore (docs/contract.md#schedules)
     SCHEDULES = "schedules"
+    # live feed: backend.feed is an EventFeed pushing commit notices (after the commit is
+    # readable) and node emissions to subscribers in any process (docs/contract.md#feed)
+    STREAMS = "streams"
 
 
 @attrs.frozen(kw_only=True)

@@ -49,6 +49,7 @@ from docket.contract.errors import (
     TooLarge,
     TransitionResult,
 )
+from docket.contract.feed import FeedHub
 from docket.contract.memory_schedules import MemorySchedules
 from docket.contract.proposals import (
     AbandonPolicy,
@@ -170,6 +171,7 @@ class MemoryBackend:
         self._graphs: dict[tuple[str | None, str, str], _GraphRow] = {}
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.schedules = MemorySchedules(self._clock, self._limits)
+        self.feed = FeedHub()  # Feature.STREAMS: notices after each commit, emissions
 
     # -- bundle -------------------------------------------------------------------------
 
@@ -185,6 +187,7 @@ class MemoryBackend:
                     Feature.TIMERS,
                     Feature.MESSAGES,
                     Feature.SCHEDULES,
+                    Feature.STREAMS,
                 }
             ),
             name="memory",
@@ -667,6 +670,7 @@ class MemoryBackend:
                 row.event_times[event.seq] = written
             self._runs[(tenant, run.id)] = row
             self._notify_if_due(row.wake_at)
+            self.feed.notice(owner, run.id, run.graph_id, 1, run.event_seq)
             return run_from_json(valid.run_json)
 
     async def commit_claimed(
@@ -712,7 +716,9 @@ class MemoryBackend:
                 stored = row.events.get(seq)
                 if not compare_event(stored[1] if stored else None, valid, index):
                     return EventConflict(seq)
+            first = row.run.event_seq + 1
             self._apply(row, valid.transition_id, valid.checkpoint_type, valid.schedule, valid, new)
+            self.feed.notice(owner, row.run.id, row.run.graph_id, first, row.run.event_seq)
             return run_from_json(valid.run_json)
 
     def _apply(

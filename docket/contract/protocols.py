@@ -48,8 +48,10 @@ from docket.contract.proposals import (
 from docket.contract.retention import PruneResult
 from docket.records import (
     CronSchedule,
+    Emission,
     Event,
     EventPage,
+    FeedItem,
     GraphRef,
     GraphVersion,
     GraphVersionPage,
@@ -406,6 +408,44 @@ class ScheduleStore(Protocol):
         acts on one fences its change on the version it read."""
 
 
+@runtime_checkable
+class FeedSubscription(Protocol):
+    """One subscriber's view of a backend's feed (``EventFeed.subscribe``)."""
+
+    async def get(self, timeout: float) -> Sequence[FeedItem]:
+        """The items received since the last call, in arrival order; waits up to
+        ``timeout`` seconds for the first (``[]`` when none came). A notice with
+        ``run_id=None`` means "re-read everything you follow" (items may have been lost).
+        Raises ``StoreError`` when the subscription broke (the reader subscribes again
+        and re-reads the store); ``ValueError`` for a negative timeout."""
+
+    async def close(self) -> None:
+        """Stop receiving; idempotent."""
+
+
+@runtime_checkable
+class EventFeed(Protocol):
+    """Optional (``Feature.STREAMS``): the backend's push channel, as ``backend.feed``.
+
+    After each ``initialize``, ``initialize_claimed``, ``commit_claimed`` and
+    ``commit_unclaimed`` that writes, every subscription whose scope admits the run's
+    tenant receives a :class:`~docket.records.CommitNotice` for it, never before the
+    commit is readable through the stores (docs/contract.md#feed). Delivery is best
+    effort and at least as fresh as a poll: readers re-read the store from their own
+    cursor, so a lost or repeated notice costs latency, not correctness. Emissions are
+    ephemeral, ordered per publisher, and bounded by ``MAX_EMISSION_BYTES`` (larger data
+    arrives as an overflow marker)."""
+
+    async def subscribe(self, scope: Scope) -> FeedSubscription:
+        """A subscription receiving items published after this returns; ``System`` sees
+        every tenant's. Raises ``StoreError`` when the store is unreachable."""
+
+    async def publish(self, owner: OwnerScope, emission: Emission) -> None:
+        """Send ``emission`` (tenant taken from ``owner``) to the subscriptions of its
+        scope; best effort. Raises ``ValueError`` for ``System``, ``StoreError`` when the
+        store is unreachable."""
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -423,6 +463,7 @@ OPTIONAL_PROTOCOLS: dict[str, tuple[type, ...]] = {
 #: Optional stores a backend bundle may hand out, by accessor, and the feature declaring it.
 OPTIONAL_STORES: dict[str, tuple[type, str]] = {
     "schedules": (ScheduleStore, "schedules"),
+    "feed": (EventFeed, "streams"),
 }
 
 __all__ = [
@@ -433,7 +474,9 @@ __all__ = [
     "ChainedCommits",
     "ClaimedRuns",
     "ClaimedStarts",
+    "EventFeed",
     "EventStore",
+    "FeedSubscription",
     "GraphSaveResult",
     "GraphStore",
     "Migratable",

@@ -22,6 +22,7 @@ from typing import Any, Final, TypeAlias, assert_never
 import attrs
 
 from docket.core.errors import MalformedMoment, NotContinue
+from docket.core.history import history_payload, wants_base
 from docket.proposals import At, External, Immediate, Terminal, Wake
 from docket.records import (
     DEADLINE_KEY,
@@ -70,6 +71,7 @@ class ParkReason(StrEnum):
     RUN_CANCELLED = "run_cancelled"
     INTERRUPT_RESOLVED = "interrupt_resolved"
     RUN_RETRIED = "run_retried"
+    STATE_EDITED = "state_edited"  # an operator changed state fields; due as it was
     DRAIN_BUDGET = "drain_budget"
 
 
@@ -324,7 +326,9 @@ def propose(
     ``checkpoint_committed`` event (step = the proposed step, metadata = the envelope) and
     sets ``event_seq`` to its sequence. ``changes`` are further fields of the proposed run
     (as ``attrs.evolve`` takes them), for a caller that would otherwise copy the run twice;
-    they may not touch ``id``, ``checkpoint_seq`` or ``event_seq``.
+    they may not touch ``id``, ``checkpoint_seq`` or ``event_seq``. A moment that changes
+    the run's channels must pass them in ``changes`` (``run`` being the committed run), so
+    the checkpoint's history entry sees both sides (:mod:`docket.core.history`).
     """
     if changes and not changes.keys().isdisjoint(("id", "checkpoint_seq", "event_seq")):
         raise ValueError("propose assigns the sequences itself; changes may not set them")
@@ -360,6 +364,7 @@ def propose(
             type=EventType.CHECKPOINT_COMMITTED,
             step=sealed.step,
             timestamp=now,
+            payload=history_payload(run, sealed, base=wants_base(run, sealed)),
             metadata=metadata,
         )
     )

@@ -151,7 +151,6 @@ def resolve_interrupt(
     resolved = attrs.evolve(
         run,
         status=RunStatus.RUNNING,
-        channels=channels,
         interrupts=interrupts,
         changed_channels=run.changed_channels | {channel_id},
         updated_at=now,
@@ -183,6 +182,7 @@ def resolve_interrupt(
         entries,
         Park(wake, ParkReason.INTERRUPT_RESOLVED),
         now,
+        changes={"channels": channels},  # the history entry diffs them against run's
     )
 
 

@@ -59,6 +59,7 @@ class EventType(StrEnum):
     MESSAGE_WAITING = "message_waiting"  # a node's attempt waits for a message on a topic
     MESSAGE_RECEIVED = "message_received"  # a message was sent to the run (and kept)
     MESSAGE_CONSUMED = "message_consumed"  # a waiting attempt took a message (exactly once)
+    STATE_EDITED = "state_edited"  # an operator changed state fields (update_state)
 
 
 class CheckpointType(StrEnum):

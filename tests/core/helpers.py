@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from docket.contract.memory import MemoryBackend
+from docket.core.history import rebuild_at
 from docket.graph.model import Graph
 from docket.records import Checkpoint, Event, EventType, Run, run_problems
 from docket.testing import (
@@ -29,6 +30,7 @@ def check_history(checkpoints: Sequence[Checkpoint], *, after: Run | None = None
     checkpoint ends with its one ``checkpoint_committed`` event carrying its envelope."""
     seq = 1 if after is None else after.checkpoint_seq + 1
     event = 1 if after is None else after.event_seq + 1
+    seen: list[Event] = []
     for checkpoint in checkpoints:
         assert checkpoint.seq == seq == checkpoint.run.checkpoint_seq
         seqs = [e.seq for e in checkpoint.events]
@@ -39,7 +41,14 @@ def check_history(checkpoints: Sequence[Checkpoint], *, after: Run | None = None
         assert last.type is EventType.CHECKPOINT_COMMITTED
         assert last.metadata == checkpoint.metadata
         assert last.step == checkpoint.run.step
-        assert last.payload == {}
+        assert last.payload["status"] == str(checkpoint.run.status)
+        if after is None:  # the whole history is here: every checkpoint reads back exactly
+            seen.extend(checkpoint.events)
+            rebuilt = rebuild_at(seen, checkpoint.seq)
+            assert rebuilt is not None
+            assert rebuilt.channels == checkpoint.run.channels
+            assert rebuilt.changed_channels == checkpoint.run.changed_channels
+            assert rebuilt.pending_nodes == checkpoint.run.pending_nodes
         assert checkpoint.metadata["checkpoint_seq"] == checkpoint.seq
         assert checkpoint.metadata["checkpoint_type"] == str(checkpoint.type)
         assert checkpoint.run.event_seq == seqs[-1]
