@@ -133,6 +133,16 @@ class Emission:
 FeedItem: TypeAlias = CommitNotice | Emission
 
 
+@attrs.frozen(kw_only=True)
+class EventsPruned:
+    """What a stream yields in place of events retention removed before it read them:
+    seqs ``first_seq..last_seq`` of ``run_id`` are gone (the stream goes on after them)."""
+
+    run_id: str
+    first_seq: int
+    last_seq: int
+
+
 def bounded_emission(emission: Emission) -> Emission:
     """``emission`` with ``data`` replaced by ``{"overflow": true, "bytes": n}`` when its
     canonical JSON is over :data:`MAX_EMISSION_BYTES` (the overflow rule every feed
