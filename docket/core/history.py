@@ -81,33 +81,45 @@ def _full(channel: ChannelState) -> JSONDict:
     return out
 
 
-def _next_nodes(run: Run) -> list[str]:
+def _next_nodes(run: Run, pending: list[JSONValue]) -> list[JSONValue]:
+    if not run.active_tasks:
+        return pending
     nodes = set(run.pending_nodes)
     nodes.update(task.node_id for task in run.active_tasks.values())
-    return sorted(nodes)
+    return list[JSONValue](sorted(nodes))
 
 
 def history_payload(before: Run, after: Run, *, base: bool) -> JSONDict:
     """The ``checkpoint_committed`` payload of the checkpoint taking ``before`` to
     ``after``: status, changed and pending channels/nodes, the nodes due next, and the
     channels (all of them when ``base``, else only those that changed)."""
+    # once per commit on the hot path: kept to plain loops over the few channels
     if base:
         channels: JSONDict = {cid: _full(ch) for cid, ch in sorted(after.channels.items())}
     else:
         channels = {}
-        if after.channels is not before.channels:
-            old = before.channels
+        old = before.channels
+        if after.channels is not old:
+            kept = 0
             for cid, ch in after.channels.items():
-                entry = _entry(old.get(cid), ch)
+                previous = old.get(cid)
+                if previous is ch:
+                    kept += 1
+                    continue
+                if previous is not None:
+                    kept += 1
+                entry = _entry(previous, ch)
                 if entry is not None:
                     channels[cid] = entry
-            for cid in old.keys() - after.channels.keys():
-                channels[cid] = {"drop": True}
+            if kept != len(old):  # some channel of ``before`` is gone
+                for cid in old.keys() - after.channels.keys():
+                    channels[cid] = {"drop": True}
+    pending = list[JSONValue](sorted(after.pending_nodes))
     payload: JSONDict = {
-        "status": str(after.status),
+        "status": after.status.value,
         "changed": list[JSONValue](sorted(after.changed_channels)),
-        "pending": list[JSONValue](sorted(after.pending_nodes)),
-        "next": list[JSONValue](_next_nodes(after)),
+        "pending": pending,
+        "next": _next_nodes(after, pending),
         "channels": channels,
     }
     if base:
