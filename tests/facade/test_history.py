@@ -190,6 +190,27 @@ def test_an_edit_of_a_waiting_run_reaches_the_node(store: OpenStore) -> None:
     store.runner.run(scenario())
 
 
+def test_a_fork_of_a_waiting_run_asks_again(store: OpenStore) -> None:
+    async def scenario() -> None:
+        async with Docket(store.backend, nodes=NODES) as docket:
+            run = await docket.start_run(await docket.save_graph(asker()))
+            await _drain(docket)
+            source = await docket.fetch_run(run.id)
+            assert source.status is RunStatus.WAITING
+            fork = await docket.fork_run(run.id, patch={"note": "forked"})
+            assert fork.id != run.id and fork.status is RunStatus.RUNNING
+            await _drain(docket)
+            # the open interrupt is not carried over: the interrupted node runs again
+            waiting = await docket.fetch_run(fork.id)
+            assert waiting.status is RunStatus.WAITING and "question" in waiting.interrupts
+            await docket.resolve_interrupt(fork.id, "question", "yes")
+            await _drain(docket)
+            assert (await docket.fetch_run(fork.id)).output == {"seen": "forked/yes"}
+            assert await docket.fetch_run(run.id) == source
+
+    store.runner.run(scenario())
+
+
 def test_an_edit_of_a_failed_run_then_a_retry_completes_with_it(store: OpenStore) -> None:
     async def scenario() -> None:
         async with Docket(store.backend, nodes=NODES) as docket:
