@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from docket._facade_args import MAX_PAGE, require_id, require_limit
 from docket._facade_children import require_runnable_children
+from docket._facade_spans import lifecycle
 from docket._facade_time import require_feature
 from docket.contract import errors as contract
 from docket.contract.capabilities import Capabilities, Feature
@@ -45,6 +46,7 @@ from docket.records import (
 from docket.runtime.drain import host_limits
 from docket.runtime.lifecycle import CommitPolicy, Ids, Mutation, commit, stamp_clock
 from docket.settings import Settings
+from docket.telemetry import Telemetry
 from docket.values import JSONDict, JSONValue
 
 __all__ = ["HistoryMethods", "prune_store"]
@@ -60,6 +62,7 @@ class HistoryMethods:
         _policy: CommitPolicy
         backend: Backend
         settings: Settings
+        telemetry: Telemetry
 
         @property
         def capabilities(self) -> Capabilities: ...
@@ -146,6 +149,7 @@ class HistoryMethods:
             pending_nodes=tuple(sorted(rebuilt.pending_nodes)),
         )
 
+    @lifecycle("docket.run.fork", run_id_first=True)
     async def fork_run(
         self,
         run_id: str,
@@ -204,6 +208,7 @@ class HistoryMethods:
         self._deliver(moment, owner, "start")
         return stored
 
+    @lifecycle("docket.run.update_state", run_id_first=True)
     async def update_state(
         self,
         run_id: str,

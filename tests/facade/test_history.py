@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from docket import Docket, errors
+from docket import Docket, SyncDocket, errors
 from docket.contract.capabilities import Feature
 from docket.contract.protocols import Prunable
 from docket.core.state import snapshot
@@ -27,6 +27,7 @@ from docket.records import (
 from docket.runtime.lifecycle import CommitContext
 from tests.facade.history_app import NODES, TICKS, asker, picky, ticker
 from tests.fuzz.backends import KINDS, OpenStore
+from tests.telemetry.helpers import Recorder
 
 
 @pytest.fixture(params=KINDS)
@@ -317,6 +318,24 @@ def test_pruned_checkpoints_read_as_unreadable(store: OpenStore) -> None:
                 await docket.state_history(run.id)
 
     store.runner.run(scenario())
+
+
+def test_fork_and_edit_are_traced_and_have_blocking_twins() -> None:
+    recorder = Recorder()
+    with SyncDocket("memory://", nodes=NODES) as docket:
+        docket.telemetry.attach(recorder)
+        run = docket.start_run(docket.save_graph(asker()))
+        while docket.drain_due().drained:
+            pass
+        docket.update_state(run.id, {"note": "sync"}, reason="twin")
+        fork = docket.fork_run(run.id, new_run_id="sync-fork")
+        assert docket.state_history(fork.id).latest == 1
+        assert docket.fetch_run_at(run.id, 1).state["note"] == "start"
+        assert docket.fetch_run_at(fork.id, 1).state["note"] == "sync"
+        assert docket.prune(events_older_than=timedelta(days=1)).ran
+    names = recorder.names()
+    for name in ("docket.run.fork.start", "docket.run.update_state.start"):
+        assert name in names, sorted(names)
 
 
 def test_bad_arguments_are_refused_before_reading() -> None:
