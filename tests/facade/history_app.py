@@ -3,6 +3,7 @@
 ``ticker``: one node that loops ``TICKS`` times, appending ``"<note>-<count>"`` to an
 append-reducer list and counting, so a run crosses the base-every-32 line of history.
 ``asker``: waits on an interrupt, then writes what it saw of ``note``.
+``listener``: waits for a message, then reports what it saw of ``note``.
 ``picky``: fails permanently unless ``note`` is ``"fixed"``.
 """
 
@@ -14,7 +15,14 @@ from docket import Docket
 from docket.graph.builder import GraphBuilder
 from docket.graph.guards import not_, version_at_least
 from docket.graph.model import FINISH, START, Graph
-from docket.graph.nodes import Failure, Interrupt, NodeContext, NodeRegistry, NodeState
+from docket.graph.nodes import (
+    Failure,
+    Interrupt,
+    NodeContext,
+    NodeRegistry,
+    NodeState,
+    Receive,
+)
 from docket.graph.reducers import R
 from docket.graph.schema import S
 from docket.values import JSONDict
@@ -34,6 +42,16 @@ def _tick(state: NodeState, ctx: NodeContext) -> JSONDict:
 def _ask(state: NodeState, ctx: NodeContext) -> JSONDict | Interrupt:
     if state.get("answer") is None:
         return Interrupt("answer", schema=S.string(), id="question")
+    return {"seen": f"{state.get('note')}/{state.get('answer')}"}
+
+
+@NODES.node("hist_listen")
+def _listen(state: NodeState, ctx: NodeContext) -> Receive:
+    return Receive("go", into="answer")
+
+
+@NODES.node("hist_report")
+def _report(state: NodeState, ctx: NodeContext) -> JSONDict:
     return {"seen": f"{state.get('note')}/{state.get('answer')}"}
 
 
@@ -69,6 +87,23 @@ def asker() -> Graph:
         .node("ask", "hist_ask")
         .edge("go", START, "ask")
         .edge("done", "ask", FINISH)
+        .output("seen")
+        .build()
+    )
+
+
+def listener() -> Graph:
+    """Waits for a message on ``go``, then reports what it saw of ``note``."""
+    return (
+        GraphBuilder("hist_listener")
+        .field("note", S.string(), default="start")
+        .field("answer", S.string())
+        .field("seen", S.string())
+        .node("listen", "hist_listen")
+        .node("report", "hist_report")
+        .edge("go", START, "listen")
+        .edge("heard", "listen", "report")
+        .edge("done", "report", FINISH)
         .output("seen")
         .build()
     )

@@ -25,7 +25,7 @@ from docket.records import (
     RunStatus,
 )
 from docket.runtime.lifecycle import CommitContext
-from tests.facade.history_app import NODES, TICKS, asker, picky, ticker
+from tests.facade.history_app import NODES, TICKS, asker, listener, picky, ticker
 from tests.fuzz.backends import KINDS, OpenStore
 from tests.telemetry.helpers import Recorder
 
@@ -208,6 +208,26 @@ def test_a_fork_of_a_waiting_run_asks_again(store: OpenStore) -> None:
             await _drain(docket)
             assert (await docket.fetch_run(fork.id)).output == {"seen": "forked/yes"}
             assert await docket.fetch_run(run.id) == source
+
+    store.runner.run(scenario())
+
+
+def test_an_edit_of_a_run_waiting_for_a_message_reaches_the_next_node(
+    store: OpenStore,
+) -> None:
+    async def scenario() -> None:
+        async with Docket(store.backend, nodes=NODES) as docket:
+            if Feature.MESSAGES not in docket.capabilities.features:
+                return
+            run = await docket.start_run(await docket.save_graph(listener()))
+            await _drain(docket)
+            assert (await docket.fetch_run(run.id)).status is RunStatus.WAITING
+            edited = await docket.update_state(run.id, {"note": "edited"})
+            assert edited.status is RunStatus.WAITING
+            await docket.send(run.id, "go", "hello")
+            await _drain(docket)
+            done = await docket.fetch_run(run.id)
+            assert done.status is RunStatus.DONE and done.output == {"seen": "edited/hello"}
 
     store.runner.run(scenario())
 
