@@ -186,12 +186,12 @@ async def _state_at_page(
     tenant = console._tenant(request, needed=True)
     try:
         snapshot = await console.docket.fetch_run_at(run_id, seq, tenant_id=tenant)
-    except errors.NotFound:
+    except errors.NotFound as exc:
+        if exc.details.get("pruned") is True:  # it existed: retention removed its history
+            raise _Refused(410, exc.message) from None
         raise
-    except errors.Unsupported as exc:
-        raise _Refused(404, exc.message) from None
-    except errors.DocketError as exc:  # a pruned checkpoint: its typed error says so
-        raise _Refused(410, exc.message) from None
+    except errors.InvalidOptions as exc:
+        raise _Refused(400, exc.message) from None
     run = await console.docket.fetch_run(run_id, tenant_id=tenant)
     return console.render(
         request,
@@ -234,9 +234,9 @@ async def fork(console: Console, request: Request) -> Response:
         )
     except (errors.NotFound, errors.InvalidTenant) as exc:
         raise _Refused(404 if isinstance(exc, errors.NotFound) else 400, exc.message) from None
-    except errors.DocketError as exc:
+    except errors.DocketError as exc:  # the patch, a taken id: shown on the form
         form.error = _refusal(exc)
-        code = 422 if isinstance(exc, errors.InvalidInput) else 409
+        code = 422 if isinstance(exc, errors.InvalidInput | errors.InvalidOptions) else 409
         return await _state_at_page(console, request, run_id, at, form, status=code)
     return RedirectResponse(console._run_url(new.id, tenant, notice="forked"), 303)
 
@@ -264,8 +264,8 @@ async def edit(console: Console, request: Request) -> Response:
         except (errors.NotFound, errors.InvalidTenant) as exc:
             raise _Refused(404 if isinstance(exc, errors.NotFound) else 400, exc.message) from None
         except errors.DocketError as exc:
-            problem = _refusal(exc)
-            code = 422 if isinstance(exc, errors.InvalidInput) else 409
+            problem = _refusal(exc)  # the patch or reason, or a run that cannot be edited
+            code = 422 if isinstance(exc, errors.InvalidInput | errors.InvalidOptions) else 409
         else:
             return RedirectResponse(console._run_url(run_id, tenant, notice="edited"), 303)
     else:
