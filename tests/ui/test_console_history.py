@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from docket import Docket, SyncDocket
 from docket.records import FORKED_FROM_KEY, RunStatus
 from docket.ui import create_app
+from docket.ui import history as history_module
 from tests.ui import demo
 
 TOKEN = "history-token"
@@ -74,6 +75,8 @@ def test_the_run_page_lists_checkpoints_linking_to_the_state_at_each(
     assert f'<input type="hidden" name="at" value="{latest}">' in last.text
 
     assert client.get(f"/runs/exp-1/at/{latest + 5}").status_code == 404
+    assert client.get("/runs/exp-1/at/0").status_code == 400
+    assert client.get("/runs/exp-1?history_after=x").status_code == 400
     assert client.get("/runs/exp-1/at/x").status_code == 400
     assert client.get("/runs/ghost/at/1").status_code == 404
 
@@ -217,3 +220,21 @@ def test_pruned_checkpoints_are_shown_as_pruned() -> None:
         assert "pruned" in page.text
         gone = client.get("/runs/old/at/1")
         assert gone.status_code in (404, 410) and "prun" in gone.text
+
+
+def test_the_checkpoint_list_pages(
+    client: TestClient, database: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(history_module, "HISTORY_PAGE", 2)
+    _, latest, _ = stored(database, "exp-1")
+    page = client.get("/runs/exp-1").text
+    assert re.findall(r'<a href="/runs/exp-1/at/(\d+)">', page) == [str(latest - 1), str(latest)]
+    earlier = re.search(r'href="([^"]+)" id="history-earlier"', page)
+    assert earlier is not None
+    older = client.get(earlier.group(1).replace("&amp;", "&")).text
+    assert re.findall(r'<a href="/runs/exp-1/at/(\d+)">', older) == [
+        str(latest - 3),
+        str(latest - 2),
+    ]
+    assert 'id="history-later"' in older
+    assert 'id="history" data-live' not in older  # a paged list is not redrawn live
