@@ -61,6 +61,7 @@ def test_a_waiting_run_finishes_on_the_open_page(browser: BrowserContext, tmp_pa
         page = browser.new_page()
         opened_live(page, f"{base}/runs/exp-live")
         expect(page.locator("#run-status")).to_have_text("waiting")
+        expect(page.locator("#edit-state")).to_be_visible()  # offered while it waits
         expect(page.locator("#timeline")).not_to_contain_text("run completed")
         shown = page.locator("#timeline-list li.ev").count()
 
@@ -74,6 +75,8 @@ def test_a_waiting_run_finishes_on_the_open_page(browser: BrowserContext, tmp_pa
         expect(page.locator("#run-output")).to_contain_text("paid 420.0 to Ada")
         expect(page.locator("g.gv-done[data-node='$finish']")).to_have_count(1)
         expect(page.locator("body")).to_have_attribute("data-live", "ended")
+        expect(page.locator("#edit-state")).to_have_count(0)  # a done run is not edited
+        expect(page.locator("#checkpoints")).to_contain_text("run completed")
         assert page.locator("#timeline-list li.ev").count() > shown
         seqs = page.locator("#timeline-list .ev-seq").all_text_contents()
         assert len(seqs) == len(set(seqs)), f"an event was shown twice: {seqs}"

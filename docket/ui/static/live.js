@@ -119,7 +119,7 @@
           if (!region.id || inUse(region)) continue;
           const next = fresh.getElementById(region.id);
           if (next) region.replaceWith(document.importNode(next, true));
-          else region.replaceChildren();
+          else region.remove(); // gone from the page (e.g. the edit form once it is done)
         }
         // regions the run grew since the page was drawn (e.g. the edit form once it waits)
         for (const region of fresh.querySelectorAll("[data-live]")) {
