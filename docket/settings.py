@@ -44,6 +44,12 @@ setting                       default     meaning
                                           has a free slot is written already claimed by that
                                           worker and drained at once (when the backend
                                           declares ``ClaimedStarts``)
+``prune_events_after``        None        a worker prunes events written longer ago than this
+                                          (``None``: never; docs/history.md#retention)
+``prune_runs_after``          None        a worker prunes runs finished longer ago than this,
+                                          with their events (``None``: never)
+``prune_every``               3600.0      how often a worker runs a retention pass (when one
+                                          of the two above is set)
 ============================  ==========  ====================================================
 
 The recovery bound of a dead worker's run is ``claim_ttl + poll_interval`` (while some
@@ -74,6 +80,7 @@ _SECONDS: Final = (
     "incompatible_backoff_cap",
     "child_recheck",
     "child_recheck_cap",
+    "prune_every",
 )
 _COUNTS: Final = (
     "concurrency",
@@ -112,6 +119,9 @@ class Settings:
     child_recheck_cap: float = 300.0
     eager_starts: bool = True
     schedule_poll: float | None = None  # None: poll_interval (docs/schedules.md)
+    prune_events_after: float | None = None  # retention: docket/runtime/retention.py
+    prune_runs_after: float | None = None
+    prune_every: float = 3600.0
 
     def problems(self) -> list[str]:
         """Every reason these settings cannot run (empty when they can)."""
@@ -133,6 +143,10 @@ class Settings:
                 f"schedule_poll must be a positive number of seconds or None, "
                 f"got {self.schedule_poll!r}"
             )
+        for name in ("prune_events_after", "prune_runs_after"):
+            age = getattr(self, name)
+            if age is not None and (not _number(age) or not age > 0):
+                out.append(f"{name} must be a positive number of seconds or None, got {age!r}")
         if not isinstance(self.eager_starts, bool):
             out.append(f"eager_starts must be True or False, got {self.eager_starts!r}")
         if self.max_supersteps is not None and (

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Final
 
 import attrs
@@ -45,12 +46,13 @@ class _Slot:
     told: bool = False  # the stop signal was passed on to the current child
 
 
-def supervise(app: str, concurrency: int | None, processes: int) -> int:
+def supervise(app: str, concurrency: int | None, processes: int, extra: Sequence[str] = ()) -> int:
     """Run ``processes`` workers until SIGINT/SIGTERM (passed on to them); the exit code
     is the worst child's, a child stopped by the passed-on signal counting as clean."""
     command = [sys.executable, "-m", "docket.cli", "worker", "--app", app]
     if concurrency is not None:
         command += ["--concurrency", str(concurrency)]
+    command += extra  # further worker options, passed on as given (retention)
     return _Supervisor(command, processes).run()
 
 

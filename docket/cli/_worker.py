@@ -15,6 +15,7 @@ from docket.cli._common import (
     _run,
     load_app,
 )
+from docket.cli._retention import add_prune_options, prune_argv, with_prune_settings
 from docket.cli._supervisor import SUPERVISOR_FD, stop_with_supervisor, supervise
 from docket.contract.errors import StoreError
 from docket.errors import DocketError, Retryable
@@ -40,6 +41,7 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="N",
         help="also serve the web console on 127.0.0.1:N (token from $DOCKET_UI_TOKEN)",
     )
+    add_prune_options(worker)
     # internal: the pipe a supervisor hands its children (see docket.cli._supervisor)
     worker.add_argument(SUPERVISOR_FD, type=int, default=None, help=argparse.SUPPRESS)
     worker.set_defaults(run=_worker)
@@ -55,7 +57,7 @@ def _worker(args: argparse.Namespace) -> int:
     if args.processes > 1:
         if args.ui_port is not None:
             raise _fail("--ui-port serves from one process: use --processes 1 or docket ui")
-        return supervise(args.app, args.concurrency, args.processes)
+        return supervise(args.app, args.concurrency, args.processes, prune_argv(args))
     early: list[int] = []  # a stop signal that arrives while the app is still loading
 
     def remember(signum: int, _frame: object) -> None:
@@ -65,7 +67,7 @@ def _worker(args: argparse.Namespace) -> int:
         signal.signal(signum, remember)
     if args.supervisor_fd is not None:
         stop_with_supervisor(args.supervisor_fd)
-    docket = load_app(args.app)
+    docket = with_prune_settings(load_app(args.app), args)
     return _run(_serve(docket, args.concurrency, early, args.ui_port))
 
 

@@ -49,6 +49,7 @@ from docket.contract.proposals import ClaimBatch, ClaimClass, ClaimPolicy, Lease
 from docket.contract.protocols import Backend
 from docket.records import OwnerScope, Run, tenant_id_of
 from docket.runtime.drain import Drainer, DrainOutcome
+from docket.runtime.retention import Pruner
 from docket.runtime.schedules import ScheduleTicker
 from docket.settings import Settings
 from docket.telemetry import NO_SPAN, Measurements, Span, Telemetry, stamp_logger, store_result
@@ -111,6 +112,7 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._preference = ClaimClass.READY
+        self._pruner = Pruner.of(backend, settings)  # retention: off unless configured
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -223,6 +225,8 @@ class Worker:
                     announced = asyncio.ensure_future(self._announced(self._pause()))
                 poll_started = time.monotonic()
                 self._maybe_tick(poll_started)
+                if self._pruner is not None:
+                    self._pruner.maybe_start(poll_started)
                 demand = self._settings.concurrency - self._busy()
                 filled = False
                 if demand > 0:
@@ -237,6 +241,8 @@ class Worker:
                 with contextlib.suppress(asyncio.CancelledError):
                     await announced
             await self._stop_ticking()
+            if self._pruner is not None:
+                await self._pruner.stop()
             await self._shutdown()
 
     def _maybe_tick(self, now: float) -> None:
