@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from docket._sync_schedules import SyncScheduleMethods
+from docket._sync_streams import SyncStreamMethods
 from docket.contract.protocols import Backend
 from docket.core.family import ChildInfo
 from docket.errors import RuntimeUnavailable
@@ -77,7 +78,9 @@ class _LoopThread:
         self.loop.close()
 
 
-class SyncDocket(SyncScheduleMethods):  # schedule twins: docket/_sync_schedules.py
+class SyncDocket(
+    SyncScheduleMethods, SyncStreamMethods
+):  # docket/_sync_schedules.py, _sync_streams.py
     """The blocking twin of :class:`Docket`, for scripts and REPLs.
 
     It owns an event loop in a background thread, so an in-process worker started with
