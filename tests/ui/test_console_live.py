@@ -158,3 +158,27 @@ def test_a_live_runs_stream_keeps_alive_and_ends_when_the_client_goes(
             assert live_module.open_streams() == before + 1, seen[-6:]
         # the client went away: the server's stream (and its feed subscription) is closed
         _wait_for(lambda: live_module.open_streams() == before, "the stream to close")
+
+
+def test_emissions_carry_no_id_and_pruned_events_move_the_cursor() -> None:
+    from datetime import UTC, datetime
+
+    from docket.records import Emission, EventsPruned
+
+    said = Emission(
+        tenant_id=None,
+        run_id="r",
+        node_id="speak",
+        task_id="t",
+        attempt=1,
+        seq=3,
+        kind="token",
+        data="Hel",
+        at=datetime.now(UTC),
+    )
+    emitted = frames(live_module._encode(said).decode())
+    assert emitted == [{"event": "emission", "data": emitted[0]["data"]}]
+    assert json.loads(emitted[0]["data"])["data"] == "Hel"
+    gone = frames(live_module._encode(EventsPruned(run_id="r", first_seq=1, last_seq=9)).decode())
+    assert gone[0]["event"] == "pruned" and gone[0]["id"] == "9"
+    assert json.loads(gone[0]["data"]) == {"first_seq": 1, "last_seq": 9}
