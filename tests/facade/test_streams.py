@@ -392,3 +392,47 @@ def test_the_sync_twin_streams_the_same_and_closes_early(kind: str, tmp_path: Pa
             stream.close()
             assert backend.feed.subscribers == 0
             assert list(stream) == []
+
+
+def test_a_tenant_streams_only_its_own_runs_and_emissions() -> None:
+    gates = Gates()
+    gates.go.set()
+    gates.finish.set()
+
+    async def scenario() -> None:
+        backend = MemoryBackend()
+        docket = Docket(backend, nodes=NODES, context={"gates": gates}, tenant_mode="required")
+        async with docket:
+            refs = {t: await docket.save_graph(story_graph(), tenant_id=t) for t in ("a", "b")}
+            seen: list[Any] = []
+
+            async def follow() -> None:
+                async for item in docket.stream_scope(tenant_id="a"):
+                    seen.append(item)
+
+            task = asyncio.create_task(follow())
+            async with asyncio.timeout(WAIT):
+                while backend.feed.subscribers < 1:
+                    await asyncio.sleep(0.01)
+            async with docket.worker():
+                runs = {
+                    t: await docket.start_run(refs[t], {"topic": t}, run_id="same", tenant_id=t)
+                    for t in ("b", "a")
+                }
+                for t, run in runs.items():
+                    await docket.await_run(run.id, timeout=WAIT, tenant_id=t)
+                mine = list(await docket.history("same", tenant_id="a"))
+                async with asyncio.timeout(WAIT):
+                    while len(events_of(seen)) < len(mine):
+                        await asyncio.sleep(0.01)
+                followed = [i async for i in docket.stream("same", tenant_id="b")]
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            theirs = list(await docket.history("same", tenant_id="b"))
+        assert events_of(seen) == mine  # the same run id in tenant b: none of its items
+        emitted = [i for i in seen if isinstance(i, Emission)]
+        assert emitted and {e.tenant_id for e in emitted} == {"a"}
+        assert events_of(followed) == theirs
+        assert {e.tenant_id for e in followed if isinstance(e, Emission)} <= {"b"}
+
+    asyncio.run(scenario())
