@@ -28,6 +28,7 @@ from docket.graph.schema import S
 from docket.records import Emission, Event, EventsPruned, EventType, RunStatus
 from docket.runtime.streams import StreamTimes
 from docket.values import JSONDict
+from tests.fuzz.backends import backend_url
 
 NODES = NodeRegistry()
 WAIT = 30.0  # seconds: a bound on waiting for a condition, never a synchronisation
@@ -83,6 +84,8 @@ class NoStreams(MemoryBackend):
 
 FAST = StreamTimes(reread=0.5, poll_min=0.01, poll_max=0.1)
 KINDS = ["memory", "memory-polling", "sqlite"]
+#: The first case also runs on the servers: pushed once their feeds declare ``streams``.
+SERVERS = ["postgres", "redis"]
 
 
 def make_docket(kind: str, tmp_path: Path, gates: Gates) -> Docket:
@@ -91,8 +94,10 @@ def make_docket(kind: str, tmp_path: Path, gates: Gates) -> Docket:
         backend = MemoryBackend()
     elif kind == "memory-polling":
         backend = NoStreams()
-    else:
+    elif kind == "sqlite":
         backend = f"sqlite:///{tmp_path / 'streams.db'}"
+    else:  # a throwaway server on 127.0.0.1, shared by the session (tests/fuzz/backends.py)
+        backend = backend_url(kind)
     docket = Docket(backend, nodes=NODES, context={"gates": gates}, poll_interval=0.05)
     docket.stream_times = FAST
     return docket
@@ -119,7 +124,7 @@ def events_of(items: list[Any]) -> list[Event]:
     return [item for item in items if isinstance(item, Event)]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + SERVERS)
 def test_a_stream_yields_every_event_once_in_order_and_the_emissions_live(
     kind: str, tmp_path: Path
 ) -> None:
