@@ -17,7 +17,7 @@ from docket._facade_args import require_id
 from docket._facade_time import require_feature
 from docket.contract.capabilities import Capabilities, Feature
 from docket.contract.protocols import Backend, EventFeed
-from docket.errors import InvalidOptions, InvalidTenant
+from docket.errors import InvalidOptions, InvalidTenant, RuntimeUnavailable
 from docket.records import (
     SYSTEM,
     TENANTLESS,
@@ -98,6 +98,14 @@ class StreamMethods:
     #: The waits of the streams this Docket opens (tests shorten them).
     stream_times: StreamTimes = StreamTimes()
 
+    def _streaming(self) -> bool:
+        """Whether a stream should wait out an unreachable store (not once closed)."""
+        try:
+            self._ready()
+        except RuntimeUnavailable:
+            return False
+        return True
+
     def _feed(self) -> EventFeed | None:
         if Feature.STREAMS not in self.capabilities.features:
             return None
@@ -139,6 +147,7 @@ class StreamMethods:
                 emissions=_bool("emissions", emissions),
                 until_finished=_bool("until_finished", until_finished),
                 times=self.stream_times,
+                alive=self._streaming,
             )
         )
 
@@ -174,5 +183,6 @@ class StreamMethods:
                 graph_id=graph_id,
                 owner_of=_owner_of,
                 times=self.stream_times,
+                alive=self._streaming,
             )
         )

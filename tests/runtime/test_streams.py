@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from docket import Docket
+from docket import Docket, errors
 from docket.contract.errors import Retryable, StoreError
 from docket.contract.feed import FeedHub
 from docket.contract.memory import MemoryBackend
+from docket.contract.proposals import EventListQuery
 from docket.contract.protocols import FeedSubscription
 from docket.core.plan import Activation
 from docket.graph.nodes import NodeContext, RetryPolicy
@@ -196,6 +197,58 @@ def test_a_stream_subscribes_again_when_its_feed_breaks_with_no_gap_or_duplicate
             history = await docket.history(run.id)
         assert feed.broken == [1] and feed.subscriptions == 2
         assert [i for i in items if isinstance(i, Event)] == list(history)
+        assert backend.feed.subscribers == 0
+
+    asyncio.run(scenario())
+
+
+class FlakyReads(MemoryBackend):
+    """A real memory backend whose event reads fail while ``down`` (a server restarting)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = 0  # reads still to fail
+        self.failed = 0
+
+    async def list_events(self, owner: OwnerScope, run_id: str, query: EventListQuery) -> Any:
+        if self.down:
+            self.down -= 1
+            self.failed += 1
+            raise StoreError(Retryable("server restarting"))
+        return await super().list_events(owner, run_id, query)
+
+
+def test_a_stream_waits_out_failing_reads_and_a_closed_docket_ends_it() -> None:
+    gates = Gates()
+    gates.go.set()
+
+    async def scenario() -> None:
+        backend = FlakyReads()
+        docket = Docket(backend, nodes=NODES, context={"gates": gates})
+        docket.stream_times = StreamTimes(reread=WAIT, poll_min=0.01, poll_max=0.05)
+        async with docket:
+            ref = await docket.save_graph(story_graph())
+            run = await docket.start_run(ref, {"topic": "otters"})
+            items: list[Any] = []
+            async with docket.worker(), asyncio.timeout(WAIT), docket.stream(run.id) as stream:
+                async for item in stream:
+                    items.append(item)
+                    if len(items) == 2:
+                        backend.down = 3  # the next reads fail: the stream waits them out
+                    gates.finish.set()
+            history = await docket.history(run.id)
+            assert backend.failed == 3
+            assert [i for i in items if isinstance(i, Event)] == list(history)
+            waiting = docket.stream(run.id, until_finished=False, after_seq=history[-1].seq)
+            backend.down = 1_000_000
+            reader = asyncio.create_task(anext(waiting))
+            async with asyncio.timeout(WAIT):
+                while backend.failed < 5:
+                    await asyncio.sleep(0.01)
+        # the Docket closed under the stream: its next failed read ends it
+        with pytest.raises(errors.RuntimeUnavailable):
+            async with asyncio.timeout(WAIT):
+                await reader
         assert backend.feed.subscribers == 0
 
     asyncio.run(scenario())
