@@ -133,7 +133,7 @@ def test_a_stream_yields_every_event_once_in_order_and_the_emissions_live(
     async def scenario() -> None:
         async with make_docket(kind, tmp_path, gates) as docket:
             ref = await docket.save_graph(story_graph())
-            async with docket.worker():
+            async with docket.worker() as worker:
                 run = await docket.start_run(ref, {"topic": "otters"})
                 items: list[Any] = []
                 async with docket.stream(run.id) as stream, asyncio.timeout(WAIT):
@@ -146,7 +146,10 @@ def test_a_stream_yields_every_event_once_in_order_and_the_emissions_live(
                             gates.finish.set()
                 history = await docket.history(run.id)
                 done = await docket.fetch_run(run.id)
+                sent = worker.emissions
         assert done.status is RunStatus.DONE
+        assert (sent.dropped, sent.failed) == (0, 0)
+        assert sent.published == (5 if pushes(docket) else 0)
         assert events_of(items) == list(history)  # each once, in order, ending at the end
         emissions = [i for i in items if isinstance(i, Emission)]
         if not pushes(docket):
