@@ -39,7 +39,8 @@ class DocketStream(Generic[_I]):
     """What :meth:`Docket.stream` and :meth:`Docket.stream_scope` return: an async
     iterator of stream items. Close it when you stop early (``await stream.aclose()``,
     or ``async with docket.stream(run_id) as stream:``); iterating to the end closes
-    it too."""
+    it too, and so does cancelling the task that waits in it (close it from that task:
+    an async generator cannot be closed while another task is inside it)."""
 
     def __init__(self, items: AsyncIterator[_I]) -> None:
         self._items = items

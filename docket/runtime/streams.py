@@ -9,12 +9,14 @@ a cursor that only moves forward, so a repeated notice, a re-read after a timeou
 re-subscription after a broken connection never yields an event twice, and a stream
 resumed with ``after_seq`` continues exactly after what its reader saw.
 
-- A notice for the run (or a scope-wide one, ``run_id=None``) → read from the cursor.
-- An emission of the run → yielded at once (ephemeral: never stored, never replayed).
-- No item for ``FEED_REREAD`` seconds → read anyway (a lost notice costs at most that).
-- A broken subscription (``StoreError``, ``OSError``) → back off, subscribe again, read.
+- A notice for the run (or a scope-wide one, ``run_id=None``): read from the cursor.
+- An emission of the run: yielded at once (ephemeral: never stored, never replayed).
+- No item for ``FEED_REREAD`` seconds: read anyway (a lost notice costs at most that).
+- A store or feed that cannot be reached (``StoreError``, ``OSError``): back off,
+  subscribe again, re-read from the cursor (a cursor moves only once a whole read came
+  back); ends with ``RuntimeUnavailable`` once the Docket that opened it is closed.
 - Without a feed: poll, 50 ms doubling to 1 s while nothing new commits.
-- Events retention removed after the cursor → one :class:`~docket.records.EventsPruned`.
+- Events retention removed after the cursor: one :class:`~docket.records.EventsPruned`.
 """
 
 from __future__ import annotations
