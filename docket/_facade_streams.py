@@ -17,7 +17,7 @@ from docket._facade_args import require_id
 from docket._facade_time import require_feature
 from docket.contract.capabilities import Capabilities, Feature
 from docket.contract.protocols import Backend, EventFeed
-from docket.errors import InvalidOptions, InvalidTenant
+from docket.errors import InvalidOptions, InvalidTenant, RuntimeUnavailable
 from docket.records import (
     SYSTEM,
     TENANTLESS,
@@ -39,7 +39,8 @@ class DocketStream(Generic[_I]):
     """What :meth:`Docket.stream` and :meth:`Docket.stream_scope` return: an async
     iterator of stream items. Close it when you stop early (``await stream.aclose()``,
     or ``async with docket.stream(run_id) as stream:``); iterating to the end closes
-    it too."""
+    it too, and so does cancelling the task that waits in it (close it from that task:
+    an async generator cannot be closed while another task is inside it)."""
 
     def __init__(self, items: AsyncIterator[_I]) -> None:
         self._items = items
@@ -98,6 +99,14 @@ class StreamMethods:
     #: The waits of the streams this Docket opens (tests shorten them).
     stream_times: StreamTimes = StreamTimes()
 
+    def _streaming(self) -> bool:
+        """Whether a stream should wait out an unreachable store (not once closed)."""
+        try:
+            self._ready()
+        except RuntimeUnavailable:
+            return False
+        return True
+
     def _feed(self) -> EventFeed | None:
         if Feature.STREAMS not in self.capabilities.features:
             return None
@@ -139,6 +148,7 @@ class StreamMethods:
                 emissions=_bool("emissions", emissions),
                 until_finished=_bool("until_finished", until_finished),
                 times=self.stream_times,
+                alive=self._streaming,
             )
         )
 
@@ -174,5 +184,6 @@ class StreamMethods:
                 graph_id=graph_id,
                 owner_of=_owner_of,
                 times=self.stream_times,
+                alive=self._streaming,
             )
         )

@@ -90,7 +90,7 @@ from docket.core.settle import settle
 from docket.graph.compiler import RuntimeGraph
 from docket.records import Event, GraphRef, OwnerScope, Run, RunStatus, tenant_id_of
 from docket.runtime.children import Children, is_child_dispatch
-from docket.runtime.emissions import EmissionPump, Emitter
+from docket.runtime.emissions import EMISSION_FLUSH, EmissionPump, Emitter
 from docket.runtime.execute import execute
 from docket.runtime.failures import log_failed_attempts, poisoned_claim
 from docket.runtime.graphs import GraphCache, GraphProblem
@@ -646,6 +646,10 @@ class Drainer:
             heartbeat.work = None
         if heartbeat.lost.is_set():
             return None
+        if self.emissions is not None:
+            # what the nodes emitted goes out before their outcomes commit, so a reader
+            # sees an attempt's emissions before its node_completed (bounded: best effort)
+            await self.emissions.flush(EMISSION_FLUSH)
         return outcomes
 
     # -- hand-backs ----------------------------------------------------------------------

@@ -7,7 +7,9 @@ queue per :class:`EmissionPump` under a lock, and a single task on the worker's 
 publishes the queue in order (``backend.feed.publish``): emissions leave in the order
 they were made. A full queue drops the new emission and counts it (``stats.dropped``);
 its ``seq`` is spent, so a reader sees the gap. A failed publish is counted and
-forgotten. Emissions are never stored anywhere.
+forgotten. Before a drain commits the outcomes of the attempts it ran, it waits (up to
+``EMISSION_FLUSH``) for the queue to be published, so a follower sees an attempt's
+emissions before the events of its outcome. Emissions are never stored anywhere.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from docket.core.plan import Activation
 from docket.records import Emission, OwnerScope, tenant_id_of
 from docket.values import JSONValue
 
-__all__ = ["EMISSION_QUEUE", "EmissionPump", "EmissionStats", "Emitter"]
+__all__ = ["EMISSION_FLUSH", "EMISSION_QUEUE", "EmissionPump", "EmissionStats", "Emitter"]
 
 log = logging.getLogger("docket.emissions")
 
 #: Emissions a pump holds before it drops new ones.
 EMISSION_QUEUE: Final = 1_000
+#: Seconds a drain waits for its emissions to be published before it commits.
+EMISSION_FLUSH: Final = 1.0
 
 Emitter = Callable[[JSONValue, str], None]
 

@@ -9,12 +9,14 @@ a cursor that only moves forward, so a repeated notice, a re-read after a timeou
 re-subscription after a broken connection never yields an event twice, and a stream
 resumed with ``after_seq`` continues exactly after what its reader saw.
 
-- A notice for the run (or a scope-wide one, ``run_id=None``) → read from the cursor.
-- An emission of the run → yielded at once (ephemeral: never stored, never replayed).
-- No item for ``FEED_REREAD`` seconds → read anyway (a lost notice costs at most that).
-- A broken subscription (``StoreError``, ``OSError``) → back off, subscribe again, read.
+- A notice for the run (or a scope-wide one, ``run_id=None``): read from the cursor.
+- An emission of the run: yielded at once (ephemeral: never stored, never replayed).
+- No item for ``FEED_REREAD`` seconds: read anyway (a lost notice costs at most that).
+- A store or feed that cannot be reached (``StoreError``, ``OSError``): back off,
+  subscribe again, re-read from the cursor (a cursor moves only once a whole read came
+  back); ends with ``RuntimeUnavailable`` once the Docket that opened it is closed.
 - Without a feed: poll, 50 ms doubling to 1 s while nothing new commits.
-- Events retention removed after the cursor → one :class:`~docket.records.EventsPruned`.
+- Events retention removed after the cursor: one :class:`~docket.records.EventsPruned`.
 """
 
 from __future__ import annotations
@@ -23,14 +25,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, TypeVar
 
 import attrs
 
 from docket.contract import errors as contract
 from docket.contract.proposals import EventListQuery
 from docket.contract.protocols import Backend, EventFeed, FeedSubscription
-from docket.errors import from_contract
+from docket.errors import RuntimeUnavailable, from_contract
 from docket.records import (
     CommitNotice,
     Emission,
@@ -57,6 +59,8 @@ log = logging.getLogger("docket.stream")
 
 RunItem: TypeAlias = Event | Emission | EventsPruned
 ScopeItem: TypeAlias = Event | Emission
+_Key: TypeAlias = tuple[str | None, str]  # (tenant, run)
+_V = TypeVar("_V")
 
 #: Seconds a stream waits on its feed before reading the store anyway.
 FEED_REREAD: Final = 5.0
@@ -93,19 +97,6 @@ class _Backoff:
 _BROKEN: Final = (contract.StoreError, OSError, ConnectionError)
 
 
-async def _subscribe(feed: EventFeed, scope: Scope, backoff: _Backoff) -> FeedSubscription:
-    """A subscription, retried with backoff while the store is unreachable."""
-    while True:
-        try:
-            subscription = await feed.subscribe(scope)
-        except _BROKEN as exc:
-            log.warning("stream: cannot subscribe to the feed (%s); retrying", exc)
-            await backoff.sleep()
-            continue
-        backoff.reset()
-        return subscription
-
-
 async def _close(subscription: FeedSubscription | None) -> None:
     if subscription is not None:
         with contextlib.suppress(*_BROKEN):
@@ -133,23 +124,25 @@ class _RunCursor:
         ``EventsPruned`` (the page is one snapshot: below ``latest_seq`` every seq was
         committed, so a seq that is not there was pruned)."""
         found: list[Event | EventsPruned] = []
+        after = self.after  # moved only once every page was read: a failed read loses nothing
         while True:
-            page = await _page(self.store, self.owner, self.run_id, self.after)
+            page = await _page(self.store, self.owner, self.run_id, after)
             self.latest = max(self.latest, page.latest_seq)
             for event in page.events:
-                if event.seq <= self.after:  # a page never repeats one, but be strict
+                if event.seq <= after:  # a page never repeats one, but be strict
                     continue
-                self._skip_to(event.seq - 1, found)
+                after = self._skip(after, event.seq - 1, found)
                 found.append(event)
-                self.after = event.seq
+                after = event.seq
             if not page.has_more or not page.events:
-                self._skip_to(page.latest_seq, found)
+                self.after = self._skip(after, page.latest_seq, found)
                 return found
 
-    def _skip_to(self, seq: int, found: list[Event | EventsPruned]) -> None:
-        if seq > self.after:
-            found.append(EventsPruned(run_id=self.run_id, first_seq=self.after + 1, last_seq=seq))
-            self.after = seq
+    def _skip(self, after: int, seq: int, found: list[Event | EventsPruned]) -> int:
+        if seq <= after:
+            return after
+        found.append(EventsPruned(run_id=self.run_id, first_seq=after + 1, last_seq=seq))
+        return seq
 
     async def finished(self) -> bool:
         """The run is terminal and every event it will have was read."""
@@ -169,41 +162,50 @@ async def follow_run(
     emissions: bool = True,
     until_finished: bool = True,
     times: StreamTimes = StreamTimes(),
+    alive: Callable[[], bool] = lambda: True,
 ) -> AsyncIterator[RunItem]:
     """The run's committed events after ``after_seq`` and (with ``emissions``) its
     emissions as they arrive; ends when the run is terminal and all its events were
-    yielded (with ``until_finished``). ``NotFound`` when the run does not exist."""
+    yielded (with ``until_finished``). ``NotFound`` when the run does not exist.
+
+    A store or feed that cannot be reached (``StoreError``, connection errors) is
+    waited out: back off, subscribe again, re-read from the cursor. ``alive`` says
+    whether the owner still wants that (``False``: ``RuntimeUnavailable`` instead)."""
     cursor = _RunCursor(store, owner, run_id, after_seq)
-    backoff = _Backoff(times.poll_min, times.poll_max)
-    subscription = await _subscribe(feed, owner, backoff) if feed is not None else None
+    polling = _Backoff(times.poll_min, times.poll_max)
+    retry = _Backoff(times.poll_min, times.poll_max)
+    subscription: FeedSubscription | None = None
     try:
         checked_at = -1  # the cursor at the last status check
         while True:
-            before = cursor.after
-            for read in await cursor.read():
-                yield read
-            if until_finished and cursor.after != checked_at:
-                # the status changes only with events: check once per cursor position
-                checked_at = cursor.after
-                if await cursor.finished():
-                    return
-            if feed is None:
-                if cursor.after != before:
-                    backoff.reset()
-                await backoff.sleep()
-                continue
-            assert subscription is not None
             try:
+                if feed is not None and subscription is None:
+                    subscription = await feed.subscribe(owner)  # first, then read
+                before = cursor.after
+                for read in await cursor.read():
+                    yield read
+                if until_finished and cursor.after != checked_at:
+                    # the status changes only with events: check once per cursor position
+                    if await cursor.finished():
+                        return
+                    checked_at = cursor.after
+                if subscription is None:
+                    if cursor.after != before:
+                        polling.reset()
+                    await polling.sleep()
+                    continue
                 items = await subscription.get(times.reread)
+                async for pushed in _from_feed(items, run_id, emissions, cursor):
+                    yield pushed
             except _BROKEN as exc:
-                log.warning("stream of %s: the feed broke (%s); subscribing again", run_id, exc)
+                if not alive():
+                    raise RuntimeUnavailable("the Docket was closed") from exc
+                log.warning("stream of %s: %s; reading again", run_id, exc)
                 await _close(subscription)
                 subscription = None
-                await backoff.sleep()
-                subscription = await _subscribe(feed, owner, backoff)
+                await retry.sleep()
                 continue
-            async for pushed in _from_feed(items, run_id, emissions, cursor):
-                yield pushed
+            retry.reset()
     finally:
         await _close(subscription)
 
@@ -232,51 +234,67 @@ async def follow_scope(
     graph_id: str | None = None,
     owner_of: Callable[[str | None], OwnerScope],
     times: StreamTimes = StreamTimes(),
+    alive: Callable[[], bool] = lambda: True,
 ) -> AsyncIterator[Event | Emission]:
     """Every event and emission of the scope's runs (of ``graph_id`` when given) that
     commit after the subscription: notices drive per-run cursors (a run first seen
     starts before the notice's ``first_seq``). Runs forever; close it to stop.
-    ``owner_of`` turns a notice's tenant into the owner its reads use."""
-    backoff = _Backoff(times.poll_min, times.poll_max)
-    cursors: dict[tuple[str | None, str], _RunCursor] = {}
-    graphs: dict[tuple[str | None, str], str | None] = {}  # run -> graph id, for emissions
-    subscription: FeedSubscription | None = await _subscribe(feed, scope, backoff)
+    ``owner_of`` turns a notice's tenant into the owner its reads use; a broken feed is
+    waited out as in :func:`follow_run`."""
+    retry = _Backoff(times.poll_min, times.poll_max)
+    cursors: dict[_Key, _RunCursor] = {}
+    graphs: dict[_Key, str | None] = {}  # run -> graph id, for emissions
+    unread: set[_Key] = set()  # runs whose last read failed: read again on the next round
+    subscription: FeedSubscription | None = None
     try:
         while True:
-            assert subscription is not None
             try:
-                items = await subscription.get(times.reread)
+                if subscription is None:
+                    subscription = await feed.subscribe(scope)
+                    items: Sequence[FeedItem] = [CommitNotice(tenant_id=None, run_id=None)]
+                else:
+                    items = await subscription.get(times.reread)
             except _BROKEN as exc:
-                log.warning("scope stream: the feed broke (%s); subscribing again", exc)
+                if not alive():
+                    raise RuntimeUnavailable("the Docket was closed") from exc
+                log.warning("scope stream: %s; subscribing again", exc)
                 await _close(subscription)
                 subscription = None
-                await backoff.sleep()
-                subscription = await _subscribe(feed, scope, backoff)
-                items = [CommitNotice(tenant_id=None, run_id=None)]
+                await retry.sleep()
+                continue
+            retry.reset()
+            targets: dict[_Key, _RunCursor] = {k: cursors[k] for k in unread if k in cursors}
             for item in items:
                 if isinstance(item, Emission):
                     key = (item.tenant_id, item.run_id)
                     if graph_id is not None and key not in graphs:
-                        graphs[key] = await _graph_of(store, owner_of(item.tenant_id), item.run_id)
-                    if graph_id is None or graphs[key] == graph_id:
+                        found = await _graph_of(store, owner_of(item.tenant_id), item.run_id)
+                        _remember(graphs, key, found)
+                    if graph_id is None or graphs.get(key) == graph_id:
                         yield item
                     continue
-                if item.run_id is None:  # lost items: re-read every run followed
-                    targets = list(cursors.values())
-                else:
-                    if graph_id is not None and item.graph_id != graph_id:
-                        continue
-                    key = (item.tenant_id, item.run_id)
-                    graphs[key] = item.graph_id
-                    found = cursors.get(key)
-                    if found is None:
-                        found = _RunCursor(
-                            store, owner_of(item.tenant_id), item.run_id, max(item.first_seq - 1, 0)
-                        )
-                        _remember(cursors, key, found)
-                    targets = [found]
-                for target in targets:
-                    for event in await _scope_read(target):
+                if item.run_id is None:  # items were lost: re-read every run followed
+                    targets.update(cursors)
+                    continue
+                if graph_id is not None and item.graph_id != graph_id:
+                    continue
+                key = (item.tenant_id, item.run_id)
+                _remember(graphs, key, item.graph_id)
+                if key not in cursors:
+                    first = max(item.first_seq - 1, 0)
+                    cursor = _RunCursor(store, owner_of(item.tenant_id), item.run_id, first)
+                    _remember(cursors, key, cursor)
+                targets[key] = cursors[key]
+            for key, target in targets.items():
+                try:
+                    read = await target.read()
+                except Exception as exc:  # one unreadable run must not end the stream
+                    log.warning("scope stream: cannot read run %s (%s)", target.run_id, exc)
+                    unread.add(key)
+                    continue
+                unread.discard(key)
+                for event in read:
+                    if isinstance(event, Event):
                         yield event
     finally:
         await _close(subscription)
@@ -291,20 +309,9 @@ async def _graph_of(store: Backend, owner: OwnerScope, run_id: str) -> str | Non
     return None if isinstance(run, contract.NotFound) else run.graph_id
 
 
-async def _scope_read(cursor: _RunCursor) -> list[Event]:
-    try:
-        read = await cursor.read()
-    except Exception as exc:  # a run pruned or unreadable must not end the scope stream
-        log.warning("scope stream: cannot read run %s (%s)", cursor.run_id, exc)
-        return []
-    return [item for item in read if isinstance(item, Event)]
-
-
-def _remember(
-    cursors: dict[tuple[str | None, str], _RunCursor],
-    key: tuple[str | None, str],
-    cursor: _RunCursor,
-) -> None:
-    if len(cursors) >= _SCOPE_CURSORS:
-        cursors.pop(next(iter(cursors)))  # the oldest: a dict keeps insertion order
-    cursors[key] = cursor
+def _remember(known: dict[_Key, _V], key: _Key, value: _V) -> None:
+    """``known[key] = value``, forgetting the oldest entry past ``_SCOPE_CURSORS``."""
+    known.pop(key, None)  # re-inserted: now the newest
+    if len(known) >= _SCOPE_CURSORS:
+        known.pop(next(iter(known)))  # a dict keeps insertion order
+    known[key] = value

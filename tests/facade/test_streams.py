@@ -28,6 +28,7 @@ from docket.graph.schema import S
 from docket.records import Emission, Event, EventsPruned, EventType, RunStatus
 from docket.runtime.streams import StreamTimes
 from docket.values import JSONDict
+from tests.fuzz.backends import backend_url
 
 NODES = NodeRegistry()
 WAIT = 30.0  # seconds: a bound on waiting for a condition, never a synchronisation
@@ -83,6 +84,8 @@ class NoStreams(MemoryBackend):
 
 FAST = StreamTimes(reread=0.5, poll_min=0.01, poll_max=0.1)
 KINDS = ["memory", "memory-polling", "sqlite"]
+#: The first case also runs on the servers: pushed once their feeds declare ``streams``.
+SERVERS = ["postgres", "redis"]
 
 
 def make_docket(kind: str, tmp_path: Path, gates: Gates) -> Docket:
@@ -91,8 +94,10 @@ def make_docket(kind: str, tmp_path: Path, gates: Gates) -> Docket:
         backend = MemoryBackend()
     elif kind == "memory-polling":
         backend = NoStreams()
-    else:
+    elif kind == "sqlite":
         backend = f"sqlite:///{tmp_path / 'streams.db'}"
+    else:  # a throwaway server on 127.0.0.1, shared by the session (tests/fuzz/backends.py)
+        backend = backend_url(kind)
     docket = Docket(backend, nodes=NODES, context={"gates": gates}, poll_interval=0.05)
     docket.stream_times = FAST
     return docket
@@ -119,7 +124,7 @@ def events_of(items: list[Any]) -> list[Event]:
     return [item for item in items if isinstance(item, Event)]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + SERVERS)
 def test_a_stream_yields_every_event_once_in_order_and_the_emissions_live(
     kind: str, tmp_path: Path
 ) -> None:
@@ -128,7 +133,7 @@ def test_a_stream_yields_every_event_once_in_order_and_the_emissions_live(
     async def scenario() -> None:
         async with make_docket(kind, tmp_path, gates) as docket:
             ref = await docket.save_graph(story_graph())
-            async with docket.worker():
+            async with docket.worker() as worker:
                 run = await docket.start_run(ref, {"topic": "otters"})
                 items: list[Any] = []
                 async with docket.stream(run.id) as stream, asyncio.timeout(WAIT):
@@ -141,7 +146,10 @@ def test_a_stream_yields_every_event_once_in_order_and_the_emissions_live(
                             gates.finish.set()
                 history = await docket.history(run.id)
                 done = await docket.fetch_run(run.id)
+                sent = worker.emissions
         assert done.status is RunStatus.DONE
+        assert (sent.dropped, sent.failed) == (0, 0)
+        assert sent.published == (5 if pushes(docket) else 0)
         assert events_of(items) == list(history)  # each once, in order, ending at the end
         emissions = [i for i in items if isinstance(i, Emission)]
         if not pushes(docket):
@@ -392,3 +400,47 @@ def test_the_sync_twin_streams_the_same_and_closes_early(kind: str, tmp_path: Pa
             stream.close()
             assert backend.feed.subscribers == 0
             assert list(stream) == []
+
+
+def test_a_tenant_streams_only_its_own_runs_and_emissions() -> None:
+    gates = Gates()
+    gates.go.set()
+    gates.finish.set()
+
+    async def scenario() -> None:
+        backend = MemoryBackend()
+        docket = Docket(backend, nodes=NODES, context={"gates": gates}, tenant_mode="required")
+        async with docket:
+            refs = {t: await docket.save_graph(story_graph(), tenant_id=t) for t in ("a", "b")}
+            seen: list[Any] = []
+
+            async def follow() -> None:
+                async for item in docket.stream_scope(tenant_id="a"):
+                    seen.append(item)
+
+            task = asyncio.create_task(follow())
+            async with asyncio.timeout(WAIT):
+                while backend.feed.subscribers < 1:
+                    await asyncio.sleep(0.01)
+            async with docket.worker():
+                runs = {
+                    t: await docket.start_run(refs[t], {"topic": t}, run_id="same", tenant_id=t)
+                    for t in ("b", "a")
+                }
+                for t, run in runs.items():
+                    await docket.await_run(run.id, timeout=WAIT, tenant_id=t)
+                mine = list(await docket.history("same", tenant_id="a"))
+                async with asyncio.timeout(WAIT):
+                    while len(events_of(seen)) < len(mine):
+                        await asyncio.sleep(0.01)
+                followed = [i async for i in docket.stream("same", tenant_id="b")]
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            theirs = list(await docket.history("same", tenant_id="b"))
+        assert events_of(seen) == mine  # the same run id in tenant b: none of its items
+        emitted = [i for i in seen if isinstance(i, Emission)]
+        assert emitted and {e.tenant_id for e in emitted} == {"a"}
+        assert events_of(followed) == theirs
+        assert {e.tenant_id for e in followed if isinstance(e, Emission)} <= {"b"}
+
+    asyncio.run(scenario())
