@@ -10,11 +10,13 @@ docs/history.md.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from docket._facade_args import MAX_PAGE, require_id, require_limit
 from docket._facade_children import require_runnable_children
+from docket._facade_spans import lifecycle
 from docket._facade_time import require_feature
 from docket.contract import errors as contract
 from docket.contract.capabilities import Capabilities, Feature
@@ -33,6 +35,7 @@ from docket.errors import InvalidOptions, NotFound, from_contract, from_core
 from docket.graph.compiler import RuntimeGraph
 from docket.records import (
     Event,
+    EventType,
     GraphRef,
     HistoryPage,
     OwnerScope,
@@ -43,6 +46,7 @@ from docket.records import (
 from docket.runtime.drain import host_limits
 from docket.runtime.lifecycle import CommitPolicy, Ids, Mutation, commit, stamp_clock
 from docket.settings import Settings
+from docket.telemetry import Telemetry
 from docket.values import JSONDict, JSONValue
 
 __all__ = ["HistoryMethods", "prune_store"]
@@ -58,6 +62,7 @@ class HistoryMethods:
         _policy: CommitPolicy
         backend: Backend
         settings: Settings
+        telemetry: Telemetry
 
         @property
         def capabilities(self) -> Capabilities: ...
@@ -144,6 +149,7 @@ class HistoryMethods:
             pending_nodes=tuple(sorted(rebuilt.pending_nodes)),
         )
 
+    @lifecycle("docket.run.fork", run_id_first=True)
     async def fork_run(
         self,
         run_id: str,
@@ -202,6 +208,7 @@ class HistoryMethods:
         self._deliver(moment, owner, "start")
         return stored
 
+    @lifecycle("docket.run.update_state", run_id_first=True)
     async def update_state(
         self,
         run_id: str,
@@ -272,8 +279,11 @@ class HistoryMethods:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    async def _events(self, owner: OwnerScope, run_id: str) -> list[Event]:
-        """Every retained event of the run (history folds from the nearest base)."""
+    async def _events(
+        self, owner: OwnerScope, run_id: str, *, until: int | None = None
+    ) -> list[Event]:
+        """The run's retained events, oldest first (history folds from the nearest
+        base): all of them, or up to the page holding checkpoint ``until``."""
         events: list[Event] = []
         after = 0
         while True:
@@ -283,12 +293,12 @@ class HistoryMethods:
             if isinstance(page, contract.NotFound | contract.CorruptEventRow):
                 raise from_contract(page, subject=f"run {run_id!r}")
             events.extend(page.events)
-            if not page.has_more:
+            if not page.has_more or (until is not None and _reached(page.events, until)):
                 return events
             after = page.next_after_seq
 
     async def _rebuilt(self, owner: OwnerScope, run: Run, checkpoint_seq: int) -> Rebuilt:
-        events = await self._events(owner, run.id)
+        events = await self._events(owner, run.id, until=checkpoint_seq)
         rebuilt = rebuild_at(events, checkpoint_seq)
         if rebuilt is not None:
             return rebuilt
@@ -298,7 +308,8 @@ class HistoryMethods:
                 f"(its latest is {run.checkpoint_seq})",
                 details={"what": "checkpoint", "checkpoint_seq": checkpoint_seq},
             )
-        readable = [info.checkpoint_seq for info in checkpoint_infos(events) if info.readable]
+        everything = await self._events(owner, run.id)  # the oldest readable may be later
+        readable = [info.checkpoint_seq for info in checkpoint_infos(everything) if info.readable]
         raise NotFound(
             f"checkpoint {checkpoint_seq} of run {run.id!r} cannot be read: retention "
             "pruned the history it is rebuilt from"
@@ -344,6 +355,15 @@ async def prune_store(
         full = result.events >= batch_size or result.runs >= batch_size
         if not (until_done and result.ran and full):
             return PruneResult(ran=ran, events=events, runs=runs)
+
+
+def _reached(events: Sequence[Event], checkpoint_seq: int) -> bool:
+    """Whether ``events`` hold the commit of checkpoint ``checkpoint_seq`` or a later one."""
+    for event in reversed(events):
+        if event.type is EventType.CHECKPOINT_COMMITTED:
+            seq = event.metadata.get("checkpoint_seq")
+            return isinstance(seq, int) and seq >= checkpoint_seq
+    return False
 
 
 def _require_seq(name: str, value: object, *, minimum: int) -> None:

@@ -17,6 +17,7 @@ application's :class:`~docket.Docket` — its backend, node registry and tenant 
     docket runs history|show-at|fork|edit     state history (docs/history.md)
     docket schedules create|list|show|pause|resume|delete|trigger    cron schedules
     docket worker --app module:attr [--concurrency N] [--processes N] [--ui-port N]
+                  [--prune-events-after DUR] [--prune-runs-after DUR] [--prune-every DUR]
     docket ui [--host 127.0.0.1] [--port 8787] [--token T] [--worker]   the web console
     docket migrate [--sql]            upgrade the store's schema (or print its DDL)
     docket backup DEST                a consistent copy of a SQLite database

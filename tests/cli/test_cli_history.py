@@ -144,6 +144,14 @@ def test_prune(database: tuple[str, dict[str, str]]) -> None:
         assert pruned.returncode == 1, explain(pruned)
         assert json.loads(pruned.stderr)["error"]["type"] == "unsupported"
 
+    app = "tests.facade.history_app:create"
+    worker = docket_cli("worker", "--app", app, "--prune-every", "soon", env=env)
+    assert worker.returncode == 2 and "--prune-every" in worker.stderr, explain(worker)
+    fleet = docket_cli(
+        "worker", "--app", app, "--processes", "2", "--prune-runs-after", "-1d", env=env
+    )
+    assert fleet.returncode == 2 and "--prune-runs-after" in fleet.stderr, explain(fleet)
+
     memory = docket_cli("prune", "--backend", "memory://", "--events-older-than", "7d")
     assert memory.returncode == 0, explain(memory)
     assert memory.stdout.strip() == "pruned 0 events and 0 finished runs"

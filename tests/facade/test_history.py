@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from docket import Docket, errors
+from docket import Docket, SyncDocket, errors
 from docket.contract.capabilities import Feature
 from docket.contract.protocols import Prunable
 from docket.core.state import snapshot
@@ -27,6 +27,7 @@ from docket.records import (
 from docket.runtime.lifecycle import CommitContext
 from tests.facade.history_app import NODES, TICKS, asker, picky, ticker
 from tests.fuzz.backends import KINDS, OpenStore
+from tests.telemetry.helpers import Recorder
 
 
 @pytest.fixture(params=KINDS)
@@ -190,6 +191,27 @@ def test_an_edit_of_a_waiting_run_reaches_the_node(store: OpenStore) -> None:
     store.runner.run(scenario())
 
 
+def test_a_fork_of_a_waiting_run_asks_again(store: OpenStore) -> None:
+    async def scenario() -> None:
+        async with Docket(store.backend, nodes=NODES) as docket:
+            run = await docket.start_run(await docket.save_graph(asker()))
+            await _drain(docket)
+            source = await docket.fetch_run(run.id)
+            assert source.status is RunStatus.WAITING
+            fork = await docket.fork_run(run.id, patch={"note": "forked"})
+            assert fork.id != run.id and fork.status is RunStatus.RUNNING
+            await _drain(docket)
+            # the open interrupt is not carried over: the interrupted node runs again
+            waiting = await docket.fetch_run(fork.id)
+            assert waiting.status is RunStatus.WAITING and "question" in waiting.interrupts
+            await docket.resolve_interrupt(fork.id, "question", "yes")
+            await _drain(docket)
+            assert (await docket.fetch_run(fork.id)).output == {"seen": "forked/yes"}
+            assert await docket.fetch_run(run.id) == source
+
+    store.runner.run(scenario())
+
+
 def test_an_edit_of_a_failed_run_then_a_retry_completes_with_it(store: OpenStore) -> None:
     async def scenario() -> None:
         async with Docket(store.backend, nodes=NODES) as docket:
@@ -296,6 +318,24 @@ def test_pruned_checkpoints_read_as_unreadable(store: OpenStore) -> None:
                 await docket.state_history(run.id)
 
     store.runner.run(scenario())
+
+
+def test_fork_and_edit_are_traced_and_have_blocking_twins() -> None:
+    recorder = Recorder()
+    with SyncDocket("memory://", nodes=NODES) as docket:
+        docket.telemetry.attach(recorder)
+        run = docket.start_run(docket.save_graph(asker()))
+        while docket.drain_due().drained:
+            pass
+        docket.update_state(run.id, {"note": "sync"}, reason="twin")
+        fork = docket.fork_run(run.id, new_run_id="sync-fork")
+        assert docket.state_history(fork.id).latest == 1
+        assert docket.fetch_run_at(run.id, 1).state["note"] == "start"
+        assert docket.fetch_run_at(fork.id, 1).state["note"] == "sync"
+        assert docket.prune(events_older_than=timedelta(days=1)).ran
+    names = recorder.names()
+    for name in ("docket.run.fork.start", "docket.run.update_state.start"):
+        assert name in names, sorted(names)
 
 
 def test_bad_arguments_are_refused_before_reading() -> None:
