@@ -98,3 +98,17 @@ def test_nightly_report_starts_one_run_a_night_through_dst_and_makes_up_no_pause
     assert "triggered by hand: run nightly@manual-run_... is done" in out
     assert "resumed after 5 paused days; next tick 2026-03-15 06:00Z" in out
     assert "4 runs in all" in out
+
+
+def test_llm_tokens_streams_the_answer_and_the_committed_events() -> None:
+    out = run_example("llm_tokens.py")
+    assert "run llm-1 is done" in out
+    answer = out.split("answer (committed): ")[1].splitlines()[0]
+    assert answer.startswith("Otters hold hands") and answer.endswith("called a raft.")
+    seqs = [int(line[1:].split("]")[0]) for line in out.splitlines() if line.startswith("[")]
+    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 10  # each event once
+    assert "[1] run_initialized" in out and "checkpoint_committed run_completed" in out
+    if "(live feed)" in out:  # the backend pushes: every token came, in order, inline
+        tokens = out.split("answer > ", 1)[1].splitlines()[0]
+        assert tokens.strip() == answer
+        assert f"answer ~ usage: {{'words': {len(answer.split())}}}" in out

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import time
 from typing import Any
 
 from docket.cli._children import family_json, parent_line, print_children
@@ -22,12 +20,12 @@ from docket.cli._output import (
     _event_json,
     _event_row,
     _info_json,
-    _stream_line,
     _summary_json,
     _table,
     _when,
     one_line,
 )
+from docket.cli._watch import add_watch_options, runs_watch
 from docket.core.family import ChildInfo
 from docket.facade import Docket
 from docket.mapitems import MapProgress, read_map_progress
@@ -73,7 +71,8 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     watch.add_argument("run_id")
     watch.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
     watch.add_argument("--interval", type=float, default=0.5, metavar="SECONDS")
-    watch.set_defaults(run=_runs_watch)
+    add_watch_options(watch)  # docket/cli/_watch.py: the watch follows Docket.stream
+    watch.set_defaults(run=runs_watch)
 
     cancel = sub.add_parser("cancel", help="cancel a running or waiting run")
     _connection_options(cancel)
@@ -275,45 +274,6 @@ def _runs_events(args: argparse.Namespace) -> int:
     if page.has_more:
         print(f"(more: --after {page.next_after_seq})")
     return 0
-
-
-def _runs_watch(args: argparse.Namespace) -> int:
-    if args.interval <= 0:
-        raise _fail("--interval must be positive")
-
-    async def watch(docket: Docket) -> int:
-        deadline = None if args.timeout is None else time.monotonic() + args.timeout
-        after = 0
-        widths = False
-        while True:
-            info = await docket.inspect_run(args.run_id, tenant_id=args.tenant)
-            page = await docket.list_events(
-                args.run_id, after_seq=after, limit=1000, tenant_id=args.tenant
-            )
-            for event in page.events:
-                if args.json:
-                    print(json.dumps(_event_json(event), ensure_ascii=False), flush=True)
-                else:
-                    if not widths:
-                        print(_stream_line(_EVENT_HEADERS))
-                        widths = True
-                    print(_stream_line(_event_row(event)), flush=True)
-            after = page.next_after_seq
-            status = info.run.status
-            if page.has_more:
-                continue
-            if info.poisoned or status.terminal or str(status) == "waiting":
-                state = "poisoned" if info.poisoned else str(status)
-                if not args.json:
-                    print(f"run {args.run_id} is {state}")
-                return 0
-            if deadline is not None and time.monotonic() >= deadline:
-                if not args.json:
-                    print(f"run {args.run_id} is still {status} (timeout)")
-                return 1
-            await asyncio.sleep(args.interval)
-
-    return _with_docket(args, watch, must_exist=True)
 
 
 def _run_line(args: argparse.Namespace, verb: str, info: RunInfo) -> int:

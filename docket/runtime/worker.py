@@ -49,6 +49,7 @@ from docket.contract.proposals import ClaimBatch, ClaimClass, ClaimPolicy, Lease
 from docket.contract.protocols import Backend
 from docket.records import OwnerScope, Run, tenant_id_of
 from docket.runtime.drain import Drainer, DrainOutcome
+from docket.runtime.emissions import EmissionStats
 from docket.runtime.retention import Pruner
 from docket.runtime.schedules import ScheduleTicker
 from docket.settings import Settings
@@ -123,6 +124,13 @@ class Worker:
     @property
     def in_flight(self) -> int:
         return len(self._active)
+
+    @property
+    def emissions(self) -> EmissionStats:
+        """What ``ctx.emit`` handed the feed through this worker's drainer: published,
+        dropped on a full queue, failed (docket/runtime/emissions.py)."""
+        pump = self._drainer.emissions
+        return pump.stats if pump is not None else EmissionStats()
 
     # -- eager starts ----------------------------------------------------------------------
 

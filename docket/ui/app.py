@@ -51,6 +51,7 @@ from docket.records import (
     RunSummary,
 )
 from docket.runtime.worker import Worker
+from docket.ui import history as history_pages
 from docket.ui import schedules as schedule_pages
 from docket.ui.forms import FormField, fields_for, parse_resolution
 from docket.ui.graphview import render_svg, states_from_events
@@ -81,6 +82,8 @@ _NOTICES: Final = {
     "schedule_paused": "Schedule paused.",
     "schedule_resumed": "Schedule resumed.",
     "triggered": "Run started by hand from its schedule.",
+    "forked": "Run forked: this is the new run.",
+    "edited": "State edited.",
 }
 _SECURITY_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
@@ -404,9 +407,15 @@ class Console:
         *,
         status: int,
         error: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> Response:
         tenant = self._tenant(request, needed=True)
         info: RunInfo = await self.docket.inspect_run(run_id, tenant_id=tenant)
+        extra = {
+            "edit_form": history_pages.EditForm(),
+            **await history_pages.run_page_context(self, request, info, tenant),
+            **(extra or {}),
+        }
         run = info.run
         graph: Graph | None = None
         graph_problem: str | None = None
@@ -483,10 +492,13 @@ class Console:
             maps=maps,
             error=error,
             can_cancel=run.status in (RunStatus.RUNNING, RunStatus.WAITING),
-            # a parent parked on a child that asks a person: a reload would wipe the form
-            refresh=run.status is RunStatus.RUNNING
+            # the page updates itself live (static/live.js); without scripts it reloads
+            # while running, unless a child asks a person (a reload would wipe the form)
+            refresh=False,
+            noscript_refresh=run.status is RunStatus.RUNNING
             and not info.poisoned
             and not any(c.open_interrupts for c in children),
+            live=later is None and shown_after is None,
             action=lambda *what: (
                 f"/runs/{segment(run_id)}/"
                 + "/".join(segment(w) for w in what)
@@ -500,6 +512,7 @@ class Console:
                 f"/runs/{segment(ident)}/interrupts/{segment(interrupt_id)}"
                 + ("?" + urlencode({"tenant": tenant}) if tenant else "")
             ),
+            **extra,
         )
 
     async def cancel(self, request: Request) -> Response:
@@ -766,6 +779,7 @@ def create_app(
         Route("/graphs/{graph_id}", guard(console.graph)),
         Route("/graphs/{graph_id}/{graph_hash}", guard(console.graph)),
         *schedule_routes(console),
+        *history_pages.routes(console),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
     return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_EncodedPaths)])

@@ -14,6 +14,7 @@ everything tenant A owns reads back exactly as before (as tenant A and in system
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -141,6 +142,25 @@ def _own_ref(result: object) -> str | None:
     return None if isinstance(result, GraphRef) else f"expected B's own GraphRef, got {result!r}"
 
 
+async def _scope_items(docket: Docket, tenant_id: str) -> object:
+    """What a scope stream yields in a moment (A's run is untouched meanwhile, so any
+    item would be A's: a re-read leaking another tenant's runs shows here)."""
+    items: list[object] = []
+    async with docket.stream_scope(tenant_id=tenant_id) as stream:
+        try:
+            async with asyncio.timeout(0.2):
+                items.extend([item async for item in stream])
+        except TimeoutError:
+            pass
+    return items
+
+
+def _nothing_streamed(result: object) -> str | None:
+    if result == [] or isinstance(result, errors.Unsupported):
+        return None
+    return f"expected no stream items (or Unsupported), got {result!r}"
+
+
 #: operation → (how tenant B uses tenant A's ids, what it must answer).
 FACADE: dict[str, tuple[FacadeCall, Callable[[object], str | None]]] = {
     # Graphs are per scope: B may publish the same graph; that makes B's copy, not A's.
@@ -214,6 +234,9 @@ FACADE: dict[str, tuple[FacadeCall, Callable[[object], str | None]]] = {
         _not_deleted,
     ),
     "list_schedules": (lambda d, w: d.list_schedules(tenant_id=TENANT_B), _no_schedules),
+    # streams (docs/streams.md): B cannot follow A's run, and B's scope shows none of A's
+    "stream": (lambda d, w: anext(d.stream(w.run_id, tenant_id=TENANT_B)), _not_found),
+    "stream_scope": (lambda d, w: _scope_items(d, TENANT_B), _nothing_streamed),
 }
 
 #: Operations that name no tenant's data, and why.

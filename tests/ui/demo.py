@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -187,3 +188,34 @@ def poison_a_run(database: Path, run_id: str) -> None:
 def application() -> Docket:
     """The ``--app`` target of the CLI tests (backend from ``$DOCKET_BACKEND``)."""
     return Docket(os.environ.get("DOCKET_BACKEND", "memory://"), nodes=nodes, poll_interval=0.1)
+
+
+# -- a node that emits while it runs (tests/ui/test_browser_live.py) ---------------------
+
+#: The gates the live browser test opens: ``speak`` waits for TALK_GO before it emits its
+#: tokens, then for TALK_DONE before it returns (threading events: the console serves in
+#: a thread of the test's process, and sync nodes run in worker threads).
+TALK_GO = threading.Event()
+TALK_DONE = threading.Event()
+TALK_TOKENS = ("Hello", ", ", "live", " world")
+
+
+@nodes.node("talk.speak")
+def speak(state: NodeState, ctx: NodeContext) -> Update:
+    TALK_GO.wait(60)
+    for token in TALK_TOKENS:
+        ctx.emit(token, kind="token")
+    TALK_DONE.wait(60)
+    return Update({"said": "".join(TALK_TOKENS)})
+
+
+def talk_graph() -> Graph:
+    return (
+        GraphBuilder("talk")
+        .field("said", S.string())
+        .node("speak", "talk.speak")
+        .edge("begin", START, "speak")
+        .edge("end", "speak", FINISH)
+        .output("said")
+        .build()
+    )
