@@ -94,7 +94,7 @@ class FileFeedHub(FeedHub):
     def committing(self, notices: Sequence[Notice]) -> bool:
         """Note, just before the COMMIT, what this process is about to notice itself, so
         the poller (which may read the rows the moment they commit) does not repeat it.
-        Returns whether anyone listens (then :meth:`committed` delivers)."""
+        Returns whether anything was noted (undo it with :meth:`uncommitted`)."""
         if not notices or not self.subscribers:
             return False
         seen = self._seen
@@ -112,6 +112,8 @@ class FileFeedHub(FeedHub):
 
     def committed(self, notices: Sequence[Notice]) -> None:
         """Deliver the notices of a batch that committed (writer thread, after COMMIT)."""
+        if not notices or not self.subscribers:
+            return
         for key, run_id, graph_id, first, last in notices:
             self.deliver(
                 CommitNotice(
@@ -204,14 +206,19 @@ class _Poller(threading.Thread):
 
     def _start(self) -> None:
         """Open the connection and take the cursors: everything already committed is old."""
-        conn = self._conn = self._connect()
-        self._version = int(conn.execute("PRAGMA data_version").fetchone()[0])
-        conn.execute("BEGIN")
+        conn = self._connect()
         try:
-            self._last_event = _top(conn, "SELECT max(rowid) FROM docket_events")
-            self._last_emission = _top(conn, "SELECT max(id) FROM docket_emissions")
-        finally:
-            conn.execute("ROLLBACK")
+            self._version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+            conn.execute("BEGIN")
+            try:
+                self._last_event = _top(conn, "SELECT max(rowid) FROM docket_events")
+                self._last_emission = _top(conn, "SELECT max(id) FROM docket_emissions")
+            finally:
+                conn.execute("ROLLBACK")
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
 
     def _tick(self) -> None:
         try:

@@ -335,8 +335,7 @@ def _transact_batch(conn: sqlite3.Connection, batch: Batch, hub: Hub) -> None:
         return
     if announce:
         hub.notify()
-    if listened:
-        hub.feed.committed(notices)  # after the COMMIT returned: readable by every connection
+    hub.feed.committed(notices)  # after the COMMIT returned: readable by every connection
     _deliver_all(answers)
 
 
@@ -366,8 +365,7 @@ def _transact(
         raise
     if done.commit and done.announce:
         hub.notify()
-    if listened:
-        hub.feed.committed(notices)  # after the COMMIT returned
+    hub.feed.committed(notices)  # after the COMMIT returned
     return done.value
 
 
