@@ -369,3 +369,48 @@ def test_feed_poll_is_checked() -> None:
     backend = SQLiteBackend.from_url("sqlite:///:memory:?feed_poll=0.2")
     assert backend._engine.feed_poll == 0.2
     assert SQLiteBackend.from_url("sqlite://", feed_poll=1)._engine.feed_poll == 1.0
+
+
+def test_another_connections_commit_is_noticed_and_a_rowid_going_back_says_reread(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "poll.db"
+
+    async def wait_for(
+        subscription: LocalSubscription, wanted: Callable[[FeedItem], bool]
+    ) -> list[FeedItem]:
+        items: list[FeedItem] = []
+        deadline = time.monotonic() + WAIT
+        while not any(wanted(item) for item in items) and time.monotonic() < deadline:
+            items.extend(await subscription.get(1.0))
+        return items
+
+    async def body() -> None:
+        here = SQLiteBackend(path, feed_poll=0.01)
+        ref = await _graph(here, TENANTLESS)
+        sub = await here.feed.subscribe(SYSTEM)
+        # a second backend given a private hub stands in for another process: its
+        # commits can reach this process's subscribers only through the poller
+        elsewhere = SQLiteBackend(path)
+        elsewhere._engine.hub = type(elsewhere._engine.hub)(None)
+        run = new_run("far", ref, T0, event_seq=2)  # type: ignore[arg-type]
+        got = await elsewhere.transitions.initialize(
+            TENANTLESS, init_proposal(run, T0), events_for(run, T0, [1, 2])
+        )
+        assert got == run
+        expected = _notice(TENANTLESS, "far", 1, 2)
+        items = await wait_for(sub, lambda item: item == expected)
+        assert items == [expected], "the poller's notice, exactly once"
+        # retention deleting the newest events makes rowids go back: nobody can tell
+        # which runs the reused rowids will belong to, so subscribers re-read everything
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("DELETE FROM docket_runs WHERE run_id = 'far'")
+        conn.close()
+        wide = CommitNotice(tenant_id=None, run_id=None)
+        assert await wait_for(sub, lambda item: item == wide) == [wide]
+        await sub.close()
+        await elsewhere.close()
+        await here.close()
+
+    asyncio.run(body())
