@@ -14,6 +14,8 @@ Where the rest lives:
 * ``_graphs.py``, ``_runs.py``, ``_events.py``, ``_transitions.py`` — one class per
   contract store (``graphs``, ``runs``, ``events``, ``transitions``), and
   ``_schedules.py`` for the optional ``schedules`` store;
+* ``_feed.py``, ``_live.py`` — the live feed (``backend.feed``, ``Feature.STREAMS``);
+* ``_retention.py`` — ``prune`` (``Feature.PRUNE``);
 * ``schema.py`` — the DDL, connection settings and migrations.
 
 Other processes on the same file learn about new work by polling (see the docs).
