@@ -29,6 +29,7 @@ from datetime import datetime
 
 from docket.contract import Limits, Permanent, Retryable
 from docket.values import to_micros, utc
+from docket_sqlite._feed import DEFAULT_FEED_POLL
 from docket_sqlite._threads import (
     Done,
     Hub,
@@ -60,8 +61,10 @@ class Engine:
         limits: Limits,
         synchronous: str,
         busy_timeout: float,
+        feed_poll: float = DEFAULT_FEED_POLL,
     ) -> None:
         self.target = target
+        self.feed_poll = feed_poll
         self.limits = limits
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout

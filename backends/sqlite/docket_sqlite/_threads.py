@@ -14,6 +14,8 @@
 * **Wake-ups.** After a commit that makes work due, the writer thread wakes every
   ``wait_for_work`` waiter of every backend instance on the same file *in this process*
   (:class:`Hub`). Other processes learn about new work by polling.
+* **Feed notices.** Likewise after the COMMIT, and before any caller is answered, the
+  notices of the transitions the batch wrote go to the file's feed hub (``_feed.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
+from docket_sqlite._feed import FileFeedHub, Notice
 from docket_sqlite.errors import store_error
 from docket_sqlite.url import Target
 
@@ -41,11 +44,13 @@ MAX_GROUP_COMMIT = 64
 
 @attrs.frozen
 class Done(Generic[T]):
-    """What a write job decided: its answer, whether to commit, whether to wake waiters."""
+    """What a write job decided: its answer, whether to commit, whether to wake waiters,
+    and the feed notice of the transition it wrote (delivered after the COMMIT)."""
 
     value: T
     commit: bool = True
     announce: bool = False
+    notice: Notice | None = None
 
 
 def rollback_quietly(conn: sqlite3.Connection) -> None:
@@ -63,9 +68,11 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 
 class Hub:
-    """The ``wait_for_work`` waiters of every backend instance on one database file."""
+    """The ``wait_for_work`` waiters, and the feed, of every backend instance on one
+    database file in this process."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | None = None) -> None:
+        self.feed = FileFeedHub(path)
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
@@ -103,7 +110,7 @@ def hub_for(target: Target) -> Hub:
     with _HUBS_LOCK:
         hub = _HUBS.get(target.path)
         if hub is None:
-            hub = Hub()
+            hub = Hub(target.path)
             _HUBS[target.path] = hub
         return hub
 
@@ -287,6 +294,7 @@ def apply_batch(conn: sqlite3.Connection, batch: Batch, hub: Hub) -> None:
 
 def _transact_batch(conn: sqlite3.Connection, batch: Batch, hub: Hub) -> None:
     answers: list[tuple[PendingWrite, Any, BaseException | None]] = []
+    notices: list[Notice] = []
     changed = announce = False
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -307,8 +315,16 @@ def _transact_batch(conn: sqlite3.Connection, batch: Batch, hub: Hub) -> None:
             conn.execute("RELEASE docket_job")
             changed = changed or done.commit
             announce = announce or (done.commit and done.announce)
+            if done.commit and done.notice is not None:
+                notices.append(done.notice)
             answers.append((entry, done.value, None))
-        conn.execute("COMMIT" if changed else "ROLLBACK")
+        listened = hub.feed.committing(notices)
+        try:
+            conn.execute("COMMIT" if changed else "ROLLBACK")
+        except BaseException:
+            if listened:
+                hub.feed.uncommitted(notices)
+            raise
     except BaseException as exc:
         rollback_quietly(conn)
         failure = store_error(exc) if isinstance(exc, sqlite3.Error) else exc
@@ -319,6 +335,7 @@ def _transact_batch(conn: sqlite3.Connection, batch: Batch, hub: Hub) -> None:
         return
     if announce:
         hub.notify()
+    hub.feed.committed(notices)  # after the COMMIT returned: readable by every connection
     _deliver_all(answers)
 
 
@@ -329,9 +346,18 @@ def _transact(
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
         raise store_error(exc) from exc
+    notices: tuple[Notice, ...] = ()
     try:
         done = job(conn)
-        conn.execute("COMMIT" if done.commit else "ROLLBACK")
+        if done.commit and done.notice is not None:
+            notices = (done.notice,)
+        listened = hub.feed.committing(notices)
+        try:
+            conn.execute("COMMIT" if done.commit else "ROLLBACK")
+        except BaseException:
+            if listened:
+                hub.feed.uncommitted(notices)
+            raise
     except BaseException as exc:
         rollback_quietly(conn)
         if isinstance(exc, sqlite3.Error):
@@ -339,6 +365,7 @@ def _transact(
         raise
     if done.commit and done.announce:
         hub.notify()
+    hub.feed.committed(notices)  # after the COMMIT returned
     return done.value
 
 

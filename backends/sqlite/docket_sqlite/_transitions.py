@@ -105,12 +105,13 @@ class SQLiteTransitionStore(ValidatedTransitions):
                 if isinstance(replay, Replay):
                     return Done(stored_run_json(conn, key, run.id), commit=False)
                 return Done(replay or Conflict(f"run {run.id!r} already exists"), commit=False)
+            now_us = engine.now_us(None)
             conn.execute(
                 "INSERT INTO docket_runs (tenant, run_id, graph_id, graph_hash, status, step, "
                 "checkpoint_seq, event_seq, started_at_us, updated_at_us, finished_at_us, "
                 "run_json, run_parts, latest_checkpoint_type, wake_at_us, claim_token, "
-                "claimed_at_us, claim_attempts) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "claimed_at_us, claim_attempts, ended_at_us) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     key,
                     run.id,
@@ -130,14 +131,16 @@ class SQLiteTransitionStore(ValidatedTransitions):
                     token,
                     claimed_us,
                     attempts,
+                    now_us if run.status.terminal else None,
                 ),
             )
             store_pieces(conn, key, run.id, pieces, 0)
             _record(conn, key, run.id, proposal.transition_id, valid.digest)
-            _insert_events(conn, key, valid, hashes, range(len(valid.events)))
+            _insert_events(conn, key, valid, hashes, range(len(valid.events)), now_us)
             # what was just stored, already checked durable: no decode of its bytes
-            due = wake_us is not None and wake_us <= engine.now_us(None)
-            return Done(valid.run, announce=due)
+            due = wake_us is not None and wake_us <= now_us
+            notice = (key, run.id, run.graph_id, 1, run.event_seq)
+            return Done(valid.run, announce=due, notice=notice)
 
         return await self._transition(job)
 
@@ -203,7 +206,7 @@ class SQLiteTransitionStore(ValidatedTransitions):
                 "event_seq = ?, updated_at_us = ?, finished_at_us = ?, run_json = ?, "
                 "run_parts = ?, latest_checkpoint_type = ?, claim_attempts = 0, "
                 "claim_abandons = 0, poisoned_at_us = NULL, poison_reason = NULL, claim_token = ?, "
-                "claimed_at_us = ?, wake_at_us = ? "
+                "claimed_at_us = ?, wake_at_us = ?, ended_at_us = ? "
                 "WHERE tenant = ? AND run_id = ? AND checkpoint_seq = ?",
                 (
                     str(run.status),
@@ -218,6 +221,7 @@ class SQLiteTransitionStore(ValidatedTransitions):
                     claim_token,
                     claimed_at,
                     wake,
+                    now_us if run.status.terminal else None,
                     key,
                     run.id,
                     expected,
@@ -227,8 +231,9 @@ class SQLiteTransitionStore(ValidatedTransitions):
                 return Done(StaleCheckpoint(), commit=False)
             store_pieces(conn, key, run.id, pieces, int(stored_parts))
             _record(conn, key, run.id, transition_id, valid.digest)
-            _insert_events(conn, key, valid, hashes, new)
-            return Done(valid.run, announce=wake is not None and wake <= now_us)
+            _insert_events(conn, key, valid, hashes, new, now_us)
+            notice = (key, run.id, run.graph_id, int(event_seq) + 1, run.event_seq)
+            return Done(valid.run, announce=wake is not None and wake <= now_us, notice=notice)
 
         return await self._transition(job)
 
@@ -288,10 +293,12 @@ def _insert_events(
     valid: ValidTransition,
     hashes: ValidTransition,
     indices: Sequence[int],
+    written_us: int,
 ) -> None:
     conn.executemany(
-        "INSERT INTO docket_events (tenant, run_id, seq, event_json, content_sha256) "
-        "VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO docket_events "
+        "(tenant, run_id, seq, event_json, content_sha256, written_at_us) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
         [
             (
                 key,
@@ -299,6 +306,7 @@ def _insert_events(
                 valid.events[i].seq,
                 valid.event_json[i],
                 hashes.event_contents[i],
+                written_us,
             )
             for i in indices
         ],

@@ -14,6 +14,8 @@ Where the rest lives:
 * ``_graphs.py``, ``_runs.py``, ``_events.py``, ``_transitions.py`` — one class per
   contract store (``graphs``, ``runs``, ``events``, ``transitions``), and
   ``_schedules.py`` for the optional ``schedules`` store;
+* ``_feed.py``, ``_live.py`` — the live feed (``backend.feed``, ``Feature.STREAMS``);
+* ``_retention.py`` — ``prune`` (``Feature.PRUNE``);
 * ``schema.py`` — the DDL, connection settings and migrations.
 
 Other processes on the same file learn about new work by polling (see the docs).
@@ -25,17 +27,20 @@ import asyncio
 import os
 import sqlite3
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
 import attrs
 
 from docket.clock import system_clock
-from docket.contract import Capabilities, Feature, Limits
+from docket.contract import Capabilities, Feature, Limits, PruneResult
 from docket_sqlite._engine import Engine
 from docket_sqlite._events import SQLiteEventStore
+from docket_sqlite._feed import DEFAULT_FEED_POLL
 from docket_sqlite._graphs import SQLiteGraphStore
+from docket_sqlite._live import SQLiteFeed
+from docket_sqlite._retention import prune as prune_file
 from docket_sqlite._runs import SQLiteRunStore
 from docket_sqlite._schedules import SQLiteScheduleStore
 from docket_sqlite._transitions import SQLiteTransitionStore
@@ -79,6 +84,8 @@ class SQLiteBackend:
     is fsynced before it is acknowledged) or ``"NORMAL"`` (faster; a power cut may lose
     the last commits, a process crash never does), ``busy_timeout`` how many seconds a
     write waits for another process's write lock before answering ``Retryable``.
+    ``feed_poll`` how often (seconds) the live feed checks the file for other processes'
+    commits while someone in this process subscribes (see ``_feed.py``).
     """
 
     def __init__(
@@ -89,6 +96,7 @@ class SQLiteBackend:
         limits: Limits | None = None,
         synchronous: str = "FULL",
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        feed_poll: float = DEFAULT_FEED_POLL,
     ) -> None:
         target = path if isinstance(path, Target) else Target.of(path)
         mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
@@ -100,6 +108,12 @@ class SQLiteBackend:
             or not 0 <= busy_timeout <= 86_400
         ):
             raise ValueError(f"busy_timeout must be 0..86400 seconds, got {busy_timeout!r}")
+        if (
+            not isinstance(feed_poll, int | float)
+            or isinstance(feed_poll, bool)
+            or not 0.001 <= feed_poll <= 60
+        ):
+            raise ValueError(f"feed_poll must be 0.001..60 seconds, got {feed_poll!r}")
         clock, limits = _clock_and_limits(clock, limits)
         self._engine = engine = Engine(
             target,
@@ -107,12 +121,14 @@ class SQLiteBackend:
             limits=limits or Limits(),
             synchronous=mode,
             busy_timeout=float(busy_timeout),
+            feed_poll=float(feed_poll),
         )
         self._graphs = SQLiteGraphStore(engine)
         self._runs = SQLiteRunStore(engine)
         self._events = SQLiteEventStore(engine)
         self._transitions = SQLiteTransitionStore(engine)
         self._schedules = SQLiteScheduleStore(engine)
+        self._feed = SQLiteFeed(engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> SQLiteBackend:
@@ -140,6 +156,10 @@ class SQLiteBackend:
             Feature.TIMERS,
             Feature.MESSAGES,
             Feature.SCHEDULES,
+            # schema version 4: events and finished runs carry the times retention reads
+            Feature.PRUNE,
+            # in-process fan-out after each commit, a data_version poller across processes
+            Feature.STREAMS,
         }
         if not self._engine.target.memory:
             features.add(Feature.DURABLE)
@@ -167,6 +187,11 @@ class SQLiteBackend:
     def schedules(self) -> SQLiteScheduleStore:
         """Cron schedules (``Feature.SCHEDULES``): a ``docket.contract.ScheduleStore``."""
         return self._schedules
+
+    @property
+    def feed(self) -> SQLiteFeed:
+        """The live feed (``Feature.STREAMS``): a ``docket.contract.EventFeed``."""
+        return self._feed
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -277,6 +302,28 @@ class SQLiteBackend:
         """The DDL of the whole current schema (what :meth:`migrate` applies to a new file)."""
         return schema_sql()
 
+    # -- retention (docket.contract.Prunable) ---------------------------------------------------
+
+    async def prune(
+        self,
+        *,
+        event_age: timedelta | None = None,
+        run_age: timedelta | None = None,
+        batch_size: int = 1000,
+        now: datetime | None = None,
+    ) -> PruneResult:
+        """Delete, in one bounded write transaction, events written and runs finished
+        more than an age before ``now`` (the backend's clock); see ``_retention.py``.
+
+        Up to ``batch_size`` events of any run, live ones included (readers see the hole
+        through ``EventPage.oldest_available_seq``), and up to ``batch_size`` finished
+        runs with their events and transition records; ``None`` skips that kind; a row
+        exactly at the boundary survives. Call it again at once while it keeps deleting
+        full batches. The file's write lock serialises pruners, so ``ran`` is always
+        ``True``.
+        """
+        return await prune_file(self._engine, event_age, run_age, batch_size, now)
+
     # -- clock and wake-ups --------------------------------------------------------------------
 
     async def now(self) -> datetime:
@@ -304,7 +351,7 @@ def _create(url: str, options: Mapping[str, object]) -> SQLiteBackend:
     from docket_sqlite.url import parse_url
 
     target, from_url = parse_url(url)
-    known = {"clock", "limits", "synchronous", "busy_timeout"}
+    known = {"clock", "limits", "synchronous", "busy_timeout", "feed_poll"}
     unknown = set(options) - known
     if unknown:
         raise TypeError(f"sqlite:// does not take {', '.join(sorted(unknown))}")
@@ -322,12 +369,21 @@ def _create(url: str, options: Mapping[str, object]) -> SQLiteBackend:
     if not isinstance(timeout, int | float) or isinstance(timeout, bool):
         raise TypeError("busy_timeout must be a number of seconds")
     clock, limits = _clock_and_limits(options.get("clock"), options.get("limits"))
+    poll: object = options.get("feed_poll", from_url.get("feed_poll", DEFAULT_FEED_POLL))
+    if isinstance(poll, str):
+        try:
+            poll = float(poll)
+        except ValueError:
+            raise ValueError(f"feed_poll must be a number of seconds, got {poll!r}") from None
+    if not isinstance(poll, int | float) or isinstance(poll, bool):
+        raise TypeError("feed_poll must be a number of seconds")
     return SQLiteBackend(
         target,
         clock=clock,
         limits=limits,
         synchronous=synchronous,
         busy_timeout=float(timeout),
+        feed_poll=float(poll),
     )
 
 

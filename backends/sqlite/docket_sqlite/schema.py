@@ -14,6 +14,10 @@ Conventions of the schema:
   ``docket_run_parts``; their concatenation is the document, byte for byte.
 * Cron schedules (version 3) are ``docket_schedules`` rows: the ``schedule_to_json``
   document beside ``version`` (the fence) and ``due_at_us`` (NULL when paused).
+* Retention and the live feed (version 4): each event has the time it was written
+  (``written_at_us``, the backend's clock) and each finished run the time it finished
+  (``ended_at_us``), both indexed for ``prune``; node emissions bound for other
+  processes pass through the small, trimmed ``docket_emissions`` table (see ``_feed.py``).
 * CHECK constraints state the operational-tuple invariants, so the file itself refuses
   an impossible row, whoever writes it; triggers make run identity, events and
   recorded transitions immutable.
@@ -43,7 +47,7 @@ from docket_sqlite.errors import (
 )
 from docket_sqlite.url import Target, parse_url
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 MIN_SQLITE_VERSION: Final = (3, 37, 0)  # STRICT tables (3.37), RETURNING (3.35)
 SYNCHRONOUS_MODES: Final = ("FULL", "NORMAL")
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
@@ -297,9 +301,47 @@ _V3: Final[tuple[str, ...]] = (
     "PRAGMA foreign_keys = ON",
 )
 
+# Version 4 (retention and the live feed). ``prune`` deletes events by the time they
+# were written and finished runs by the time they finished, on the backend's clock, so
+# both get a column and an index. Existing events take their run's ``updated_at_us`` (no
+# event of a run is younger than its last commit, so nothing is pruned early) and
+# finished runs their ``finished_at_us``; the events' immutability trigger is dropped
+# around that one backfill. ``docket_emissions`` carries node emissions to subscribers
+# in other processes: an append-only queue (rowid order), trimmed by its writers and by
+# ``prune``; ``writer`` names the publishing process so its own poller skips its rows.
+_V4: Final[tuple[str, ...]] = (
+    "ALTER TABLE docket_events ADD COLUMN written_at_us INTEGER NOT NULL DEFAULT 0",
+    "DROP TRIGGER docket_events_are_immutable",
+    """UPDATE docket_events SET written_at_us = coalesce((
+    SELECT r.updated_at_us FROM docket_runs r
+    WHERE r.tenant = docket_events.tenant AND r.run_id = docket_events.run_id), 0)""",
+    *(s for s in _V1 if s.startswith("CREATE TRIGGER docket_events_are_immutable")),
+    # Events oldest first: what an event prune reads.
+    "CREATE INDEX docket_events_by_age ON docket_events (written_at_us)",
+    "ALTER TABLE docket_runs ADD COLUMN ended_at_us INTEGER",
+    "UPDATE docket_runs SET ended_at_us = finished_at_us",
+    # Finished runs by the time they finished: what a run prune reads.
+    """CREATE INDEX docket_runs_ended ON docket_runs (ended_at_us)
+    WHERE ended_at_us IS NOT NULL""",
+    """CREATE TABLE docket_emissions (
+    id            INTEGER PRIMARY KEY,
+    written_at_us INTEGER NOT NULL,
+    writer        TEXT    NOT NULL,
+    tenant        TEXT    NOT NULL,
+    run_id        TEXT    NOT NULL,
+    payload       BLOB    NOT NULL
+) STRICT""",
+    "CREATE INDEX docket_emissions_by_age ON docket_emissions (written_at_us)",
+)
+
 #: Ordered migrations: ``(version, statements)``; applying version N's statements to a
 #: file at version N-1 yields version N. Version 0 is "no docket tables yet".
-MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = ((1, _V1), (2, _V2), (3, _V3))
+MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
+    (1, _V1),
+    (2, _V2),
+    (3, _V3),
+    (4, _V4),
+)
 
 #: Tables a file at :data:`SCHEMA_VERSION` must have (the shape check on open).
 REQUIRED_TABLES: Final = frozenset(
@@ -311,6 +353,7 @@ REQUIRED_TABLES: Final = frozenset(
         "docket_events",
         "docket_transitions",
         "docket_schedules",
+        "docket_emissions",
     }
 )
 

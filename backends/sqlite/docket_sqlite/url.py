@@ -8,9 +8,10 @@ The forms follow SQLAlchemy's:
 * ``sqlite:///:memory:`` (or just ``sqlite://``) — a private in-memory database that
   lives as long as the backend stays open.
 
-A query string may set ``synchronous`` (``FULL``/``NORMAL``) and ``busy_timeout``
-(seconds), e.g. ``sqlite:///app.db?synchronous=NORMAL&busy_timeout=10``, so a CLI that
-only has a URL can still choose them. Percent-escapes in the path are decoded.
+A query string may set ``synchronous`` (``FULL``/``NORMAL``), ``busy_timeout``
+(seconds) and ``feed_poll`` (seconds between the live feed's checks), e.g.
+``sqlite:///app.db?synchronous=NORMAL&busy_timeout=10``, so a CLI that only has a URL
+can still choose them. Percent-escapes in the path are decoded.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import attrs
 
 MEMORY = ":memory:"
 SCHEMES = ("sqlite",)
-URL_OPTIONS = ("synchronous", "busy_timeout")
+URL_OPTIONS = ("synchronous", "busy_timeout", "feed_poll")
 
 
 @attrs.frozen

@@ -300,6 +300,10 @@ def test_a_corrupt_file_is_permanent_never_a_raw_driver_error(tmp_path: Path) ->
     asyncio.run(body())
 
 
+# the columns a test writes by hand (schema version 4 added written_at_us, defaulted)
+_EVENT_ROW = "INSERT INTO docket_events (tenant, run_id, seq, event_json, content_sha256) VALUES "
+
+
 def test_corrupt_rows_are_reported_typed(tmp_path: Path) -> None:
     path = tmp_path / "rows.db"
 
@@ -315,8 +319,8 @@ def test_corrupt_rows_are_reported_typed(tmp_path: Path) -> None:
     row = raw.execute("SELECT content_sha256 FROM docket_events WHERE seq = 2").fetchone()
     first = raw.execute("SELECT event_json FROM docket_events WHERE seq = 1").fetchone()
     raw.execute("DELETE FROM docket_events WHERE seq IN (2, 3)")
-    raw.execute("INSERT INTO docket_events VALUES ('', 'r1', 2, ?, ?)", (b"{not json", row[0]))
-    raw.execute("INSERT INTO docket_events VALUES ('', 'r1', 3, ?, ?)", (first[0], row[0]))
+    raw.execute(_EVENT_ROW + "('', 'r1', 2, ?, ?)", (b"{not json", row[0]))
+    raw.execute(_EVENT_ROW + "('', 'r1', 3, ?, ?)", (first[0], row[0]))
     lonely_ref = graph_ref(graph_document("lonely"))
     raw.execute("DELETE FROM docket_graphs WHERE graph_id = 'lonely'")
     raw.execute(

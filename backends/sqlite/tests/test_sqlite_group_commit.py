@@ -292,7 +292,11 @@ def test_a_writer_killed_mid_batch_keeps_every_acknowledged_commit(tmp_path: Pat
         fields = json.loads(line)
         acknowledged[fields["run"]] = (fields["checkpoint_seq"], fields["event_seq"])
     os.kill(process.pid, signal.SIGKILL)
-    out, err = process.communicate(timeout=30)
+    # read the rest through the same text stream: communicate() reads the raw pipe and
+    # would skip lines readline() already buffered (acknowledged commits, lost)
+    out = process.stdout.read()
+    err = process.stderr.read() if process.stderr is not None else ""
+    process.wait(timeout=30)
     assert process.returncode == -signal.SIGKILL, err
     for line in out.splitlines():
         fields = json.loads(line)

@@ -117,6 +117,8 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.TIMERS,
         Feature.MESSAGES,
         Feature.SCHEDULES,
+        Feature.PRUNE,
+        Feature.STREAMS,
     }
     normal = SQLiteBackend(tmp_path / "normal.db", synchronous="NORMAL")
     assert negotiate(normal).features == {
@@ -127,6 +129,8 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.TIMERS,
         Feature.MESSAGES,
         Feature.SCHEDULES,
+        Feature.PRUNE,
+        Feature.STREAMS,
     }
     memory = SQLiteBackend(":memory:")
     assert negotiate(memory).features == {
@@ -136,5 +140,7 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.TIMERS,
         Feature.MESSAGES,
         Feature.SCHEDULES,
+        Feature.PRUNE,
+        Feature.STREAMS,
     }
     assert memory.path is None
