@@ -9,7 +9,9 @@ following the run live (not reading a finished history) when the work happens.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -400,6 +402,13 @@ def test_the_sync_twin_streams_the_same_and_closes_early(kind: str, tmp_path: Pa
             stream.close()
             assert backend.feed.subscribers == 0
             assert list(stream) == []
+            for _ in docket.stream(run_id, until_finished=False):
+                break  # dropped without close: collected, and closed on the loop
+            gc.collect()
+            deadline = time.monotonic() + WAIT
+            while backend.feed.subscribers and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert backend.feed.subscribers == 0
 
 
 def test_a_tenant_streams_only_its_own_runs_and_emissions() -> None:
