@@ -78,9 +78,7 @@ class _LoopThread:
         self.loop.close()
 
 
-class SyncDocket(
-    SyncScheduleMethods, SyncStreamMethods
-):  # docket/_sync_schedules.py, _sync_streams.py
+class SyncDocket(SyncScheduleMethods, SyncStreamMethods):  # twins: docket/_sync_*.py
     """The blocking twin of :class:`Docket`, for scripts and REPLs.
 
     It owns an event loop in a background thread, so an in-process worker started with
