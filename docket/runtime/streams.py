@@ -13,7 +13,7 @@ resumed with ``after_seq`` continues exactly after what its reader saw.
 - An emission of the run: yielded at once (ephemeral: never stored, never replayed).
 - No item for ``FEED_REREAD`` seconds: read anyway (a lost notice costs at most that).
 - A store or feed that cannot be reached (``StoreError``, ``OSError``): back off,
-  subscribe again, re-read from the cursor (a cursor moves only once a whole read came
+  subscribe again, re-read from the cursor (a cursor moves only once a page came
   back); ends with ``RuntimeUnavailable`` once the Docket that opened it is closed.
 - Without a feed: poll, 50 ms doubling to 1 s while nothing new commits.
 - Events retention removed after the cursor: one :class:`~docket.records.EventsPruned`.
@@ -74,11 +74,12 @@ _SCOPE_CURSORS: Final = 10_000
 
 @attrs.frozen(kw_only=True)
 class StreamTimes:
-    """The waits of a stream (tests shorten them)."""
+    """The waits of a stream, and the events it reads at a time (tests shorten them)."""
 
     reread: float = FEED_REREAD
     poll_min: float = POLL_MIN
     poll_max: float = POLL_MAX
+    page: int = _PAGE
 
 
 class _Backoff:
@@ -103,9 +104,11 @@ async def _close(subscription: FeedSubscription | None) -> None:
             await subscription.close()
 
 
-async def _page(store: Backend, owner: OwnerScope, run_id: str, after: int) -> EventPage:
+async def _page(
+    store: Backend, owner: OwnerScope, run_id: str, after: int, limit: int
+) -> EventPage:
     page = await store.events.list_events(
-        owner, run_id, EventListQuery(after_seq=after, limit=_PAGE)
+        owner, run_id, EventListQuery(after_seq=after, limit=limit)
     )
     if isinstance(page, contract.NotFound | contract.CorruptEventRow):
         raise from_contract(page, subject=f"run {run_id!r}")
@@ -115,28 +118,34 @@ async def _page(store: Backend, owner: OwnerScope, run_id: str, after: int) -> E
 class _RunCursor:
     """The events of one run after a cursor that only moves forward."""
 
-    def __init__(self, store: Backend, owner: OwnerScope, run_id: str, after: int) -> None:
+    def __init__(
+        self, store: Backend, owner: OwnerScope, run_id: str, after: int, page: int = _PAGE
+    ) -> None:
         self.store, self.owner, self.run_id, self.after = store, owner, run_id, after
+        self.page = page
         self.latest = 0  # the run's event_seq at the last read
+        self.more = False  # the last read stopped at a page boundary
 
     async def read(self) -> list[Event | EventsPruned]:
-        """Everything committed after the cursor; a stretch retention removed is one
-        ``EventsPruned`` (the page is one snapshot: below ``latest_seq`` every seq was
-        committed, so a seq that is not there was pruned)."""
+        """The next page committed after the cursor (``more`` says whether another
+        follows); a stretch retention removed is one ``EventsPruned`` (the page is one
+        snapshot: below ``latest_seq`` every seq was committed, so a seq that is not
+        there was pruned). The cursor moves only once the page came back."""
+        page = await _page(self.store, self.owner, self.run_id, self.after, self.page)
+        self.latest = max(self.latest, page.latest_seq)
         found: list[Event | EventsPruned] = []
-        after = self.after  # moved only once every page was read: a failed read loses nothing
-        while True:
-            page = await _page(self.store, self.owner, self.run_id, after)
-            self.latest = max(self.latest, page.latest_seq)
-            for event in page.events:
-                if event.seq <= after:  # a page never repeats one, but be strict
-                    continue
-                after = self._skip(after, event.seq - 1, found)
-                found.append(event)
-                after = event.seq
-            if not page.has_more or not page.events:
-                self.after = self._skip(after, page.latest_seq, found)
-                return found
+        after = self.after
+        for event in page.events:
+            if event.seq <= after:  # a page never repeats one, but be strict
+                continue
+            after = self._skip(after, event.seq - 1, found)
+            found.append(event)
+            after = event.seq
+        self.more = page.has_more and bool(page.events)
+        if not self.more:
+            after = self._skip(after, page.latest_seq, found)
+        self.after = after
+        return found
 
     def _skip(self, after: int, seq: int, found: list[Event | EventsPruned]) -> int:
         if seq <= after:
@@ -171,7 +180,7 @@ async def follow_run(
     A store or feed that cannot be reached (``StoreError``, connection errors) is
     waited out: back off, subscribe again, re-read from the cursor. ``alive`` says
     whether the owner still wants that (``False``: ``RuntimeUnavailable`` instead)."""
-    cursor = _RunCursor(store, owner, run_id, after_seq)
+    cursor = _RunCursor(store, owner, run_id, after_seq, times.page)
     polling = _Backoff(times.poll_min, times.poll_max)
     retry = _Backoff(times.poll_min, times.poll_max)
     subscription: FeedSubscription | None = None
@@ -182,8 +191,11 @@ async def follow_run(
                 if feed is not None and subscription is None:
                     subscription = await feed.subscribe(owner)  # first, then read
                 before = cursor.after
-                for read in await cursor.read():
-                    yield read
+                while True:  # page by page: a long history starts flowing at once
+                    for read in await cursor.read():
+                        yield read
+                    if not cursor.more:
+                        break
                 if until_finished and cursor.after != checked_at:
                     # the status changes only with events: check once per cursor position
                     if await cursor.finished():
@@ -222,8 +234,11 @@ async def _from_feed(
         elif item.run_id is None or (
             item.run_id == run_id and (item.last_seq == 0 or item.last_seq > cursor.after)
         ):
-            for event in await cursor.read():
-                yield event
+            while True:
+                for event in await cursor.read():
+                    yield event
+                if not cursor.more:
+                    break
 
 
 async def follow_scope(
@@ -282,20 +297,24 @@ async def follow_scope(
                 _remember(graphs, key, item.graph_id)
                 if key not in cursors:
                     first = max(item.first_seq - 1, 0)
-                    cursor = _RunCursor(store, owner_of(item.tenant_id), item.run_id, first)
+                    owner = owner_of(item.tenant_id)
+                    cursor = _RunCursor(store, owner, item.run_id, first, times.page)
                     _remember(cursors, key, cursor)
                 targets[key] = cursors[key]
             for key, target in targets.items():
-                try:
-                    read = await target.read()
-                except Exception as exc:  # one unreadable run must not end the stream
-                    log.warning("scope stream: cannot read run %s (%s)", target.run_id, exc)
-                    unread.add(key)
-                    continue
-                unread.discard(key)
-                for event in read:
-                    if isinstance(event, Event):
-                        yield event
+                while True:
+                    try:
+                        read = await target.read()
+                    except Exception as exc:  # one unreadable run must not end the stream
+                        log.warning("scope stream: cannot read run %s (%s)", target.run_id, exc)
+                        unread.add(key)
+                        break
+                    unread.discard(key)
+                    for event in read:
+                        if isinstance(event, Event):
+                            yield event
+                    if not target.more:
+                        break
     finally:
         await _close(subscription)
 

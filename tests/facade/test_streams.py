@@ -9,7 +9,9 @@ following the run live (not reading a finished history) when the work happens.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -82,7 +84,7 @@ class NoStreams(MemoryBackend):
         return attrs.evolve(caps, features=caps.features - {Feature.STREAMS})
 
 
-FAST = StreamTimes(reread=0.5, poll_min=0.01, poll_max=0.1)
+FAST = StreamTimes(reread=0.5, poll_min=0.01, poll_max=0.1, page=3)  # reads cross pages
 KINDS = ["memory", "memory-polling", "sqlite"]
 #: The first case also runs on the servers: pushed once their feeds declare ``streams``.
 SERVERS = ["postgres", "redis"]
@@ -235,6 +237,7 @@ def test_a_stream_says_which_events_retention_removed_and_goes_on() -> None:
     async def scenario() -> None:
         backend = MemoryBackend()
         async with Docket(backend, nodes=NODES, context={"gates": gates}) as docket:
+            docket.stream_times = StreamTimes(page=2)  # pruned stretches across pages
             ref = await docket.save_graph(story_graph())
             async with docket.worker():
                 run = await docket.start_run(ref, {"topic": "otters"})
@@ -259,6 +262,7 @@ def test_a_stream_of_a_run_whose_events_were_all_pruned_says_so_and_ends() -> No
     async def scenario() -> None:
         backend = MemoryBackend()
         async with Docket(backend, nodes=NODES, context={"gates": gates}) as docket:
+            docket.stream_times = StreamTimes(page=2)  # pruned stretches across pages
             ref = await docket.save_graph(story_graph())
             async with docket.worker():
                 run = await docket.start_run(ref, {"topic": "otters"})
@@ -400,6 +404,13 @@ def test_the_sync_twin_streams_the_same_and_closes_early(kind: str, tmp_path: Pa
             stream.close()
             assert backend.feed.subscribers == 0
             assert list(stream) == []
+            for _ in docket.stream(run_id, until_finished=False):
+                break  # dropped without close: collected, and closed on the loop
+            gc.collect()
+            deadline = time.monotonic() + WAIT
+            while backend.feed.subscribers and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert backend.feed.subscribers == 0
 
 
 def test_a_tenant_streams_only_its_own_runs_and_emissions() -> None:

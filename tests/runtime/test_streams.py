@@ -4,6 +4,7 @@ outlives a broken feed subscription (docket/runtime/emissions.py, streams.py).""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,8 @@ from docket.records import (
     TENANTLESS,
     Emission,
     Event,
+    EventPage,
+    EventsPruned,
     FeedItem,
     OwnerScope,
     Scope,
@@ -250,5 +253,57 @@ def test_a_stream_waits_out_failing_reads_and_a_closed_docket_ends_it() -> None:
             async with asyncio.timeout(WAIT):
                 await reader
         assert backend.feed.subscribers == 0
+
+    asyncio.run(scenario())
+
+
+class Holey(MemoryBackend):
+    """A real memory backend whose event pages leave out ``holes`` (as if retention had
+    removed those events in the middle of a history, which age-based pruning never does,
+    but a stream must not care)."""
+
+    holes: frozenset[int] = frozenset()
+
+    async def list_events(self, owner: OwnerScope, run_id: str, query: EventListQuery) -> Any:
+        full = await super().list_events(
+            owner, run_id, EventListQuery(after_seq=query.after_seq, limit=1000)
+        )
+        assert isinstance(full, EventPage)
+        kept = [e for e in full.events if e.seq not in self.holes]
+        return EventPage.from_candidates(
+            kept,
+            limit=query.limit,
+            after_seq=query.after_seq,
+            oldest_available_seq=kept[0].seq if kept else None,
+            latest_available_seq=kept[-1].seq if kept else None,
+            latest_seq=full.latest_seq,
+        )
+
+
+def test_pruned_stretches_inside_pages_and_at_the_end_are_each_said_once() -> None:
+    gates = Gates()
+    gates.go.set()
+    gates.finish.set()
+
+    async def scenario() -> None:
+        backend = Holey()
+        async with Docket(backend, nodes=NODES, context={"gates": gates}) as docket:
+            ref = await docket.save_graph(story_graph())
+            async with docket.worker():
+                run = await docket.start_run(ref, {"topic": "otters"})
+                run = await docket.await_run(run.id, timeout=WAIT)
+            history = {e.seq: e for e in await docket.history(run.id)}
+            last = run.event_seq
+            backend.holes = frozenset({3, 4, 7, last})
+            gone = functools.partial(EventsPruned, run_id=run.id)
+            want: list[object] = [history[1], history[2], gone(first_seq=3, last_seq=4)]
+            want += [history[5], history[6], gone(first_seq=7, last_seq=7)]
+            want += [history[s] for s in range(8, last)]
+            want += [gone(first_seq=last, last_seq=last)]
+            for page in (1, 2, 3, 500):
+                times = StreamTimes(page=page)
+                items = follow_run(backend, TENANTLESS, run.id, feed=None, times=times)
+                got = [i async for i in items]
+                assert got == want, page
 
     asyncio.run(scenario())
