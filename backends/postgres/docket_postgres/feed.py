@@ -191,6 +191,7 @@ class FeedListener:
             return False
 
     async def subscribe(self, scope: Scope) -> LocalSubscription:
+        await self._engine.open()  # the schema is checked (or created) first
         async with self._lock:
             if self._task is None:
                 conn = await self._connect()

@@ -29,7 +29,7 @@ from docket_contract_tests.fixtures import (
 from docket_postgres import PostgresBackend, StoreError
 from docket_postgres import feed as feed_module
 from docket_postgres.feed import Reassembly, split_payload
-from docket_postgres.testing import ThrowawayPostgres
+from docket_postgres.testing import ThrowawayPostgres, free_port
 from docket_postgres.testing import connect as admin
 from docket_postgres.testing import open_backend as opened
 
@@ -481,5 +481,20 @@ def test_a_server_restart_is_survived_with_a_re_read_notice(schema_name: Names) 
             finally:
                 await writer.close()
                 await reader.close()
+
+    asyncio.run(body())
+
+
+def test_subscribing_to_an_unreachable_server_raises_store_error() -> None:
+    async def body() -> None:
+        backend = PostgresBackend(
+            f"postgresql://postgres@127.0.0.1:{free_port()}/none", pool_timeout=2.0
+        )
+        with pytest.raises(StoreError):
+            await backend.feed.subscribe(SYSTEM)
+        assert not backend.feed.listener.running
+        with pytest.raises(ValueError):
+            await backend.feed.publish(SYSTEM, _emission("r", 1, "x"))  # type: ignore[arg-type]
+        await backend.close()
 
     asyncio.run(body())
