@@ -416,8 +416,8 @@ def test_nothing_is_notified_while_nobody_listens(
             ref = await _graph(writer)
             await _start(writer, ref, "unheard")
             await writer.feed.publish(TENANTLESS, _emission("unheard", 1, "lost"))
-            heard = [n async for n in raw.notifies(timeout=0.3)]
-            assert heard == [], "no NOTIFY while no feed listener is registered"
+            heard = [n.payload async for n in raw.notifies(timeout=0.3)]
+            assert [p for p in heard if p.startswith(f"{schema} ")] == [], "nobody listens"
             # a stale registration (its session gone) is cleared by the next listener
             await raw.execute(f'INSERT INTO "{schema}".feed_listeners (key) VALUES (42)'.encode())
             sub = await reader.feed.subscribe(SYSTEM)
@@ -425,8 +425,8 @@ def test_nothing_is_notified_while_nobody_listens(
             assert await cur.fetchone() == (1,)
             await _start(writer, ref, "heard")
             await _until(sub, _notice("heard", 2))
-            payloads = [n.payload async for n in raw.notifies(timeout=1.0, stop_after=1)]
-            assert payloads and payloads[0].startswith(f"{schema} ")
+            heard = [n.payload async for n in raw.notifies(timeout=1.0)]
+            assert [p for p in heard if p.startswith(f"{schema} ")], "NOTIFYed once registered"
             await sub.close()
             listener = reader.feed.listener
             deadline = time.monotonic() + 10
@@ -467,7 +467,7 @@ def test_a_server_restart_is_survived_with_a_re_read_notice(schema_name: Names) 
                     lambda got: CommitNotice(tenant_id=None, run_id=None) in got,
                     timeout=30.0,
                 )
-                assert listener.connections == 2, items
+                assert listener.connections >= 2, items
                 deadline = time.monotonic() + 30
                 for attempt in range(1000):  # the writer's pooled sessions died with the server
                     try:
