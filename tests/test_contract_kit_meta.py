@@ -13,6 +13,7 @@ from docket_contract_tests.mutants import MUTANTS
 
 from docket.clock import Clock
 from docket.contract import Backend, Capabilities, Feature, Limits
+from docket.contract.feed import FeedHub
 from docket.contract.memory import MemoryBackend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,3 +236,34 @@ def test_the_stream_cases_check_nothing_when_streams_is_not_declared() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"streams: not declared (not checked; cases {STREAM_IDS})" in done.stdout
+
+
+class _SmallFeed(MemoryBackend):
+    def __init__(self, clock: Clock | None = None, limits: Limits | None = None) -> None:
+        super().__init__(clock=clock, limits=limits)
+        self.feed = FeedHub(limit=2)  # a reader that falls behind overflows at once
+
+
+def memory_with_a_small_feed(clock: Clock | None = None, limits: Limits | None = None) -> Backend:
+    """The memory backend whose subscriptions keep at most two items (a kit factory)."""
+    return _SmallFeed(clock=clock, limits=limits)
+
+
+def test_a_subscription_that_overflowed_answers_nothing_once_closed() -> None:
+    # FeedHub kept the overflow flag through close, so get on a closed subscription
+    # that had fallen behind answered a run_id=None notice instead of nothing.
+    done = _run(
+        "-m",
+        "pytest",
+        "--pyargs",
+        "docket_contract_tests",
+        "--docket-backend-factory",
+        "tests.test_contract_kit_meta:memory_with_a_small_feed",
+        "--docket-invariant",
+        "STREAM-SUBSCRIPTION-CLOSE",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "streams: declared, passed (cases STREAM-SUBSCRIPTION-CLOSE)" in done.stdout
