@@ -103,6 +103,7 @@ class LocalSubscription:
         with self._lock:
             self._closed = True
             self._items.clear()
+            self._overflowed = False  # a closed subscription answers nothing, not a re-read
             waiter, self._waiter = self._waiter, None
         self._hub.forget(self)
         if waiter is not None:

@@ -10,8 +10,10 @@ entry point::
 
 Every transition is one PL/pgSQL call (one round trip, one transaction); claims lock
 with ``FOR UPDATE SKIP LOCKED`` exactly the runs they return; the database clock is the
-one clock; ``LISTEN/NOTIFY`` wakes idle workers. ``PostgresBackend.migrate()`` and
-:func:`schema_sql` are what ``docket migrate`` and DBAs use. See
+one clock; ``LISTEN/NOTIFY`` wakes idle workers and carries the live feed
+(``backend.feed``: commit notices sent by a trigger inside each commit, node emissions).
+``PostgresBackend.migrate()`` and :func:`schema_sql` are what ``docket migrate`` and DBAs
+use. See
 ``docs/backends/postgres.md``.
 """
 
@@ -27,6 +29,7 @@ from docket_postgres.errors import (
     StoreError,
     classify,
 )
+from docket_postgres.feed import PostgresFeed
 from docket_postgres.schema import MIGRATIONS, SCHEMA_VERSION, migration_sql, schema_sql
 from docket_postgres.url import DEFAULT_SCHEMA, parse_url
 
@@ -45,6 +48,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "PermanentStoreError",
     "PostgresBackend",
+    "PostgresFeed",
     "PruneResult",
     "RetryableStoreError",
     "SchemaTooNew",

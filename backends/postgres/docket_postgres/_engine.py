@@ -114,6 +114,11 @@ class Engine:
         self._server_clock = SampledClock(self._read_clock, resync=clock_resync)
 
     @property
+    def conninfo(self) -> str:
+        """Where the backend connects (with its ``application_name``)."""
+        return self._conninfo
+
+    @property
     def pool(self) -> Pool | None:
         """The open pool (``None`` while closed)."""
         return self._pool

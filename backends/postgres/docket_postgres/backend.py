@@ -12,8 +12,8 @@ How it is put together (one module per concern, all private):
   :mod:`~docket_postgres._events` (``EventStore``),
   :mod:`~docket_postgres._transitions` (``TransitionStore``, ``ChainedCommits``,
   ``ClaimedStarts``), whose writes are sent alone or grouped by
-  :mod:`~docket_postgres._writes`, and :mod:`~docket_postgres._schedules`
-  (``ScheduleStore``);
+  :mod:`~docket_postgres._writes`, :mod:`~docket_postgres._schedules`
+  (``ScheduleStore``) and :mod:`~docket_postgres.feed` (``EventFeed``, the live feed);
 * :mod:`docket_postgres.schema` — the DDL, the PL/pgSQL functions and the migrations.
 
 Every write is one call of a PL/pgSQL function in the store's schema: one round trip,
@@ -39,6 +39,7 @@ from docket_postgres._graphs import PostgresGraphs
 from docket_postgres._runs import PostgresRuns
 from docket_postgres._schedules import PostgresSchedules
 from docket_postgres._transitions import PostgresTransitions
+from docket_postgres.feed import PostgresFeed
 from docket_postgres.notify import Listener
 from docket_postgres.schema import SCHEMA_VERSION, apply_migrations, read_version, schema_sql
 from docket_postgres.url import DEFAULT_SCHEMA, check_schema_name, describe, parse_url
@@ -141,6 +142,7 @@ class PostgresBackend:
         self._events = PostgresEvents(self._engine)
         self._transitions = PostgresTransitions(self._engine, commit_lanes)
         self._schedules = PostgresSchedules(self._engine)
+        self._feed = PostgresFeed(self._engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> PostgresBackend:
@@ -181,8 +183,9 @@ class PostgresBackend:
             Feature.MESSAGES,
             Feature.SCHEDULES,
         }
-        if engine.notify:
+        if engine.notify:  # the feed LISTENs too: not behind a transaction-pooling proxy
             features.add(Feature.NOTIFY)
+            features.add(Feature.STREAMS)
         if engine.durable_fsync:
             features.add(Feature.DURABLE_FSYNC)
         if engine.fair:
@@ -209,6 +212,11 @@ class PostgresBackend:
     def schedules(self) -> PostgresSchedules:
         """Cron schedules (``ScheduleStore``, ``Feature.SCHEDULES``)."""
         return self._schedules
+
+    @property
+    def feed(self) -> PostgresFeed:
+        """The live feed (``EventFeed``, ``Feature.STREAMS``): commit notices and emissions."""
+        return self._feed
 
     # -- migrations (docket.contract.Migratable) --------------------------------------------------
 
@@ -251,7 +259,8 @@ class PostgresBackend:
         await self._engine.open()
 
     async def close(self) -> None:
-        """Close the LISTEN connection and the pool; idempotent."""
+        """Close the LISTEN connections and the pool; idempotent."""
+        await self._feed.close()
         await self._engine.close(flush=self._transitions.drain)
 
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:

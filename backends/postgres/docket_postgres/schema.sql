@@ -2134,3 +2134,43 @@ CREATE INDEX schedules_due ON "docket".schedules (due_at, schedule_id, tenant)
 CREATE INDEX schedules_by_id ON "docket".schedules (schedule_id, tenant);
 
 INSERT INTO "docket".meta (key, value) VALUES ('schema_version', '7') ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- docket-postgres schema version 8
+
+CREATE TABLE "docket".feed_listeners (
+    key   bigint      PRIMARY KEY,
+    since timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE FUNCTION "docket".feed_notice() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_payload text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM "docket".feed_listeners) THEN
+        RETURN NULL;
+    END IF;
+    v_payload := json_build_object(
+        'k', 'notice',
+        'tenant_id', nullif(NEW.tenant, ''),
+        'run_id', NEW.run_id,
+        'graph_id', NEW.graph_id,
+        'first_seq', CASE WHEN TG_OP = 'INSERT' THEN 1 ELSE OLD.event_seq + 1 END,
+        'last_seq', NEW.event_seq)::text;
+    IF octet_length(v_payload) > 7000 THEN
+        v_payload := '{"k":"notice","tenant_id":null,"run_id":null}';
+    END IF;
+    PERFORM pg_notify('docket_feed', 'docket ' || v_payload);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER runs_feed_initialized AFTER INSERT ON "docket".runs
+FOR EACH ROW EXECUTE FUNCTION "docket".feed_notice();
+
+CREATE TRIGGER runs_feed_committed
+AFTER UPDATE OF event_seq, checkpoint_seq ON "docket".runs FOR EACH ROW
+WHEN (OLD.event_seq IS DISTINCT FROM NEW.event_seq
+      OR OLD.checkpoint_seq IS DISTINCT FROM NEW.checkpoint_seq)
+EXECUTE FUNCTION "docket".feed_notice();
+
+INSERT INTO "docket".meta (key, value) VALUES ('schema_version', '8') ON CONFLICT (key) DO UPDATE SET value = excluded.value;
