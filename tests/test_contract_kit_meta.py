@@ -8,7 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 from docket_contract_tests.mutants import MUTANTS
+
+from docket.clock import Clock
+from docket.contract import Backend, Capabilities, Feature, Limits
+from docket.contract.memory import MemoryBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,3 +174,64 @@ def test_every_time_mutant_is_a_negative_control() -> None:
     assert all(
         m.catches and all(c.startswith(prefixes) for c in m.catches) for m in TIME_MUTANTS.values()
     )
+
+
+STREAM_IDS = (
+    "STREAM-BAD-INPUT, STREAM-EMISSION-BOUND, STREAM-EMISSION-ORDER, "
+    "STREAM-NOTICE-AFTER-COMMIT, STREAM-NOTICE-REFUSED, STREAM-SCOPE, STREAM-SUBSCRIPTION-CLOSE"
+)
+
+
+class _WithoutStreams(MemoryBackend):
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        return attrs.evolve(caps, features=caps.features - {Feature.STREAMS})
+
+
+def memory_without_streams(clock: Clock | None = None, limits: Limits | None = None) -> Backend:
+    """The memory backend declaring everything but ``streams`` (a kit factory)."""
+    return _WithoutStreams(clock=clock, limits=limits)
+
+
+def test_every_stream_mutant_is_a_negative_control() -> None:
+    from docket_contract_tests.mutants_streams import STREAM_MUTANTS
+    from docket_contract_tests.negative import _registry
+
+    assert len(STREAM_MUTANTS) >= 6
+    assert set(STREAM_MUTANTS) <= set(_registry())
+    assert all(
+        m.catches and all(c.startswith("STREAM-") for c in m.catches)
+        for m in STREAM_MUTANTS.values()
+    )
+
+
+def test_the_stream_cases_pass_on_memory_and_name_what_a_broken_feed_breaks() -> None:
+    ids = STREAM_IDS.replace(" ", "")
+    common = ["--docket-invariant", ids, "-q", "-p", "no:cacheprovider"]
+    kit = ["-m", "pytest", "--pyargs", "docket_contract_tests"]
+    done = _run(*kit, "--docket-backend", "memory://", *common)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"streams: declared, passed (cases {STREAM_IDS})" in done.stdout
+    mutant = "docket_contract_tests.mutants_streams:notice_on_refused"
+    done = _run(*kit, "--docket-backend-factory", mutant, *common)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[STREAM-NOTICE-REFUSED] after refused transitions: notice" in done.stdout
+    assert "streams: declared, FAILED by STREAM-NOTICE-REFUSED" in done.stdout
+
+
+def test_the_stream_cases_check_nothing_when_streams_is_not_declared() -> None:
+    done = _run(
+        "-m",
+        "pytest",
+        "--pyargs",
+        "docket_contract_tests",
+        "--docket-backend-factory",
+        "tests.test_contract_kit_meta:memory_without_streams",
+        "--docket-invariant",
+        STREAM_IDS.replace(" ", ""),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"streams: not declared (not checked; cases {STREAM_IDS})" in done.stdout

@@ -12,6 +12,7 @@ from docket.contract import (
     BackendContractError,
     Capabilities,
     ContractDefect,
+    Feature,
     Limits,
     negotiate,
 )
@@ -191,3 +192,80 @@ def test_optional_members_are_checked_when_present(
         negotiate(backend())
     assert raised.value.code is code
     assert names in str(raised.value)
+
+
+# -- the live feed (Feature.STREAMS): backend.feed is checked only when declared -------------
+
+
+class StreamsWithoutFeed(MemoryBackend):
+    @property  # the defect under test: no feed at all
+    def feed(self) -> Any:
+        return None
+
+    @feed.setter
+    def feed(self, value: Any) -> None:
+        pass
+
+
+class SyncFeed:
+    def subscribe(self, scope: Any) -> Any:  # the defect under test
+        return None
+
+    async def publish(self, owner: Any, emission: Any) -> None:
+        return None
+
+
+class RenamedFeed:
+    async def subscribe(self, scope: Any) -> Any:
+        return None
+
+    async def publish(self, scope: Any, item: Any) -> None:  # the defect under test
+        return None
+
+
+class HalfFeed:
+    async def subscribe(self, scope: Any) -> Any:
+        return None
+
+
+def _with_feed(feed: object) -> Callable[[], MemoryBackend]:
+    def build() -> MemoryBackend:
+        backend = MemoryBackend()
+        backend.feed = feed  # type: ignore[assignment]  # a broken feed on purpose
+        return backend
+
+    return build
+
+
+@pytest.mark.parametrize(
+    ("make", "code", "fragment"),
+    [
+        (StreamsWithoutFeed, ContractDefect.MISSING_STORE, "declares 'streams' but has no .feed"),
+        (_with_feed(SyncFeed()), ContractDefect.NOT_ASYNC, "backend.feed.subscribe"),
+        (_with_feed(RenamedFeed()), ContractDefect.BAD_SIGNATURE, "backend.feed.publish"),
+        (_with_feed(HalfFeed()), ContractDefect.INCOMPLETE_STORE, "EventFeed.publish"),
+    ],
+    ids=["no-feed", "sync-subscribe", "renamed-publish", "no-publish"],
+)
+def test_a_backend_declaring_streams_needs_a_whole_async_feed(
+    make: Callable[[], MemoryBackend], code: ContractDefect, fragment: str
+) -> None:
+    backend = make()
+    assert Feature.STREAMS in backend.capabilities().features
+    with pytest.raises(BackendContractError) as raised:
+        negotiate(backend)
+    assert raised.value.code is code
+    assert fragment in str(raised.value)
+
+
+class NoStreams(MemoryBackend):
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        return attrs.evolve(caps, features=caps.features - {Feature.STREAMS})
+
+
+@pytest.mark.parametrize("feed", [None, SyncFeed()], ids=["no-feed", "broken-feed"])
+def test_a_backend_without_streams_negotiates_whatever_its_feed(feed: object) -> None:
+    backend = NoStreams()
+    backend.feed = feed  # type: ignore[assignment]  # ignored without the feature
+    assert Feature.STREAMS not in negotiate(backend).features

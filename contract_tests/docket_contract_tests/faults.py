@@ -392,6 +392,12 @@ class FaultyBackend:
         there so a bundle declaring ``schedules`` still negotiates through the proxy."""
         return getattr(self.inner, "schedules", None)
 
+    @property
+    def feed(self) -> object:
+        """The inner backend's feed (``streams``), unfaulted, like ``schedules``: its
+        notices come from the inner commits, so a lost reply still noticed its write."""
+        return getattr(self.inner, "feed", None)
+
     async def open(self) -> None:
         await self.inner.open()
 

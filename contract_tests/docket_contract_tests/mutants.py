@@ -161,7 +161,9 @@ class _Reference(MemoryBackend):
                     seq = valid.events[index].seq
                     row.events[seq] = (valid.event_json[index], valid.event_contents[index])
             kept = (row.claim_token, row.claimed_at, row.poisoned_at, row.poison_reason)
+            first = row.run.event_seq + 1
             self._apply(row, transition_id, valid.checkpoint_type, schedule, valid, new)
+            self._announce(owner, row, first)
             for index in old if self.reinsert_pruned else ():
                 seq = valid.events[index].seq
                 row.events.setdefault(seq, (valid.event_json[index], valid.event_contents[index]))
@@ -170,6 +172,11 @@ class _Reference(MemoryBackend):
             if token is None and self.signal_keeps_poison and kept[2] is not None:
                 row.poisoned_at, row.poison_reason = kept[2], kept[3]
             return run_from_json(valid.run_json)
+
+    def _announce(self, owner: OwnerScope, row: _Row, first: int) -> None:
+        """The commit notice of a written transition (``Feature.STREAMS``), as the memory
+        backend sends it."""
+        self.feed.notice(owner, row.run.id, row.run.graph_id, first, row.run.event_seq)
 
     @staticmethod
     def _same_as_stored(row: _Row, valid: ValidTransition) -> bool:
