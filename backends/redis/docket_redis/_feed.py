@@ -45,24 +45,26 @@ from docket.records import (
     require_scope,
     tenant_id_of,
 )
+from docket.values import canonical_json_as
 from docket_redis._engine import SUBSCRIBE_TIMEOUT, RedisEngine
 from docket_redis.errors import RetryableStoreError
 
 logger = logging.getLogger("docket_redis")
 
-_HEAD = b'{"first_seq":1,'
-
 
 def notice_tail(tenant_id: str | None, run_id: str, graph_id: str, last_seq: int) -> bytes:
-    """The commit notice's canonical JSON after ``{"first_seq":N`` (starting at the comma)."""
-    whole = feed_item_to_json(
-        CommitNotice(
-            tenant_id=tenant_id, run_id=run_id, graph_id=graph_id, first_seq=1, last_seq=last_seq
-        )
-    )
-    # canonical JSON sorts keys: first_seq always comes first
-    assert whole.startswith(_HEAD), whole
-    return whole[len(_HEAD) - 1 :]
+    """The commit notice's bytes (``feed_item_to_json``) after ``{"first_seq":N``, from the
+    comma on: the script puts ``first_seq`` in front (canonical JSON sorts the keys, so it
+    is first). Built directly (once per commit): the same bytes, a fraction of the cost
+    (``tests/test_redis_feed.py`` compares the two)."""
+    doc = {
+        "graph_id": graph_id,
+        "k": "notice",
+        "last_seq": last_seq,
+        "run_id": run_id,
+        "tenant_id": tenant_id,
+    }
+    return b"," + canonical_json_as(doc, True)[1:]
 
 
 class RedisFeed:

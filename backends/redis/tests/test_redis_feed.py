@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from docket_contract_tests.fixtures import claimed, events_for, successor, unclaimed
 from docket_redis import RedisBackend
+from docket_redis._feed import notice_tail
 from docket_redis.testing import (
     T0,
     RedisCluster,
@@ -35,6 +36,8 @@ from docket.records import (
     OwnerScope,
     RunStatus,
     Tenant,
+    feed_item_from_json,
+    feed_item_to_json,
 )
 
 WAIT = 15.0
@@ -88,6 +91,20 @@ def _emission(owner: OwnerScope, run_id: str, seq: int, data: object) -> Emissio
         data=data,  # type: ignore[arg-type]
         at=T0,
     )
+
+
+@pytest.mark.parametrize(
+    ("tenant_id", "run_id", "graph_id", "last"),
+    [(None, "r", "g", 0), ("acme", "run-1", "graph", 7), ('t\u00e9"n', "r\u2603", 'g"\\', 2**40)],
+)
+def test_the_notice_the_scripts_publish_is_the_shared_encoding(
+    tenant_id: str | None, run_id: str, graph_id: str, last: int
+) -> None:
+    for first in (1, 9, last + 1):
+        notice = _notice(tenant_id, run_id, graph_id, first, last)
+        published = b'{"first_seq":%d' % first + notice_tail(tenant_id, run_id, graph_id, last)
+        assert published == feed_item_to_json(notice)
+        assert feed_item_from_json(published) == notice
 
 
 @pytest.mark.parametrize("where", ["single", "cluster"])
