@@ -194,3 +194,46 @@ def test_a_pass_while_another_pruner_holds_the_lock_does_nothing(
         asyncio.run(body())
     finally:
         client.close()
+
+
+def test_a_reopened_failed_run_is_live_again_and_never_pruned_as_finished(
+    redis_single: RedisServer, prefix: str
+) -> None:
+    owner = Tenant("acme")
+    clock = ManualClock(T0)
+
+    async def body() -> None:
+        async with opened(redis_single.url, prefix, clock=clock) as backend:
+            ref = await publish_graph(backend, owner)
+            run = await start_run(backend, owner, "r", ref, wake_at=LATER)
+            failed = successor(run, T0, status=RunStatus.FAILED)
+            got = await backend.transitions.commit_unclaimed(
+                owner, run.checkpoint_seq, unclaimed(failed, wake=Terminal()), []
+            )
+            assert got == failed
+            reopened = successor(failed, T0, status=RunStatus.RUNNING, failure=None)
+            got = await backend.transitions.commit_unclaimed(
+                owner, failed.checkpoint_seq, unclaimed(reopened), []
+            )
+            assert got == reopened
+            # out of the finished index (a pass would otherwise re-read it every time)
+            finished = Namespace(prefix).scope(owner).finished
+            client = redis.Redis(host="127.0.0.1", port=redis_single.port)
+            try:
+                assert client.zscore(finished, "r") is None
+            finally:
+                client.close()
+            assert await backend.prune(run_age=HOUR, now=T0 + HOUR + US) == PruneResult(True, 0, 0)
+            assert await backend.runs.fetch_run(owner, "r") == reopened
+            # and when it finishes again, it is indexed from that second end
+            clock.advance(2 * HOUR)
+            done = successor(reopened, T0 + 2 * HOUR, status=RunStatus.DONE)
+            got = await backend.transitions.commit_unclaimed(
+                owner, reopened.checkpoint_seq, unclaimed(done, wake=Terminal()), []
+            )
+            assert got == done
+            cut = T0 + 3 * HOUR
+            assert await backend.prune(run_age=HOUR, now=cut) == PruneResult(True, 0, 0)
+            assert await backend.prune(run_age=HOUR, now=cut + US) == PruneResult(True, 0, 1)
+
+    asyncio.run(body())
