@@ -7,6 +7,7 @@ by a newer release is refused untouched (``SchemaTooNew``), an older one until
 
 from __future__ import annotations
 
+from docket_redis import _retention
 from docket_redis._codec import text
 from docket_redis._engine import RedisEngine
 from docket_redis.errors import SchemaTooNew, SchemaTooOld, corrupt
@@ -14,8 +15,9 @@ from docket_redis.errors import SchemaTooNew, SchemaTooOld, corrupt
 #: The version of the key layout this release reads and writes.
 #: 2: long run documents in pieces (lua/doc_pieces.lua); 3: durable time — waiting runs
 #: with a wake in the ready zset, sleeping / message-waiting tasks in run documents — and
-#: the schedule keys (see :mod:`docket_redis.keys`)
-SCHEMA_VERSION = 3
+#: the schedule keys (see :mod:`docket_redis.keys`); 4: retention indexes (when events
+#: were written, when runs finished) and the feed's commit notices
+SCHEMA_VERSION = 4
 
 
 async def check_schema(engine: RedisEngine) -> None:
@@ -57,10 +59,19 @@ async def migrate(engine: RedisEngine) -> tuple[int | None, int]:
     matters: layout-2 code would claim a waiting run due at its deadline, and read run
     documents holding sleeping tasks, without knowing either, so it must refuse the
     namespace from then on.
+
+    Layout 4 adds the retention indexes (:mod:`docket_redis._retention`) and rewrites
+    nothing: before recording 4 it indexes every existing run as if its retained events
+    were written, and the finished ones ended, at the migration — later than they were,
+    so retention keeps them longer than their age asks and never deletes one early. It
+    is idempotent (an interrupted migrate is simply run again). Layout-3 code would
+    write runs without those indexes (never pruned) and publish no commit notices, so
+    it must refuse the namespace from then on.
     """
     found, current = await schema_versions(engine)
     key = engine.ns.schema
     if found is not None and found < SCHEMA_VERSION:
+        await _retention.backfill(engine)
         # Only from the version just read: a concurrent migrate or a newer release
         # leaves the key as it found it.
         await engine.eval("set_layout", [key], [str(found), str(SCHEMA_VERSION)])

@@ -10,9 +10,11 @@ transition answers a code; Python turns it into the contract's error with the sh
 helpers (``check_replay``, ``check_identity``, ``split_events``), so messages are the
 reference's.
 
-Commits and starts go through the engine's group commit; a commit of a long document
-sends only the pieces that changed since the document this backend last stored or read
-(:class:`~docket_redis._documents.KnownDocuments`).
+Each script that writes also indexes what retention needs (when the events were
+written, when a run finished) and publishes the commit notice of the feed
+(:mod:`docket_redis._feed`). Commits and starts go through the engine's group commit;
+a commit of a long document sends only the pieces that changed since the document this
+backend last stored or read (:class:`~docket_redis._documents.KnownDocuments`).
 """
 
 from __future__ import annotations
@@ -49,11 +51,12 @@ from docket.contract.validate import (
     split_events,
 )
 from docket.contract.writes import ValidatedTransitions
-from docket.records import Event, OwnerScope, Run, RunStatus, run_from_json
+from docket.records import Event, OwnerScope, Run, RunStatus, run_from_json, tenant_id_of
 from docket.values import from_micros, to_micros
 from docket_redis._codec import code, encode_summary, text
 from docket_redis._documents import long_document
 from docket_redis._engine import Call, RedisEngine
+from docket_redis._feed import notice_tail
 from docket_redis.errors import StoreError
 from docket_redis.keys import STATUS_ORDER, index_member
 
@@ -128,6 +131,9 @@ class RedisTransitions(ValidatedTransitions):
                     scope.by_graph(run.graph_id),
                     scope.by_hash(run.graph_hash),
                     scope.claimed,
+                    scope.written,
+                    scope.commits_written(run.id),
+                    scope.finished,
                     *((ns.registry, ns.order) if folded else ()),
                 ],
                 [
@@ -152,6 +158,8 @@ class RedisTransitions(ValidatedTransitions):
                     token or "",
                     str(len(valid.events)),
                     *_event_args(valid),
+                    ns.feed,
+                    notice_tail(tenant_id_of(owner), run.id, run.graph_id, run.event_seq),
                 ],
             )
             reply = await engine.grouped(engine.starts, "initialize", call)
@@ -193,6 +201,9 @@ class RedisTransitions(ValidatedTransitions):
                 scope.claimed,
                 scope.summaries,
                 *(scope.by_status(status) for status in STATUS_ORDER),
+                scope.written,
+                scope.commits_written(run.id),
+                scope.finished,
             ],
             [
                 transition_id,
@@ -217,6 +228,8 @@ class RedisTransitions(ValidatedTransitions):
                 str(len(valid.events)),
                 *_event_args(valid),
                 *patch,
+                engine.ns.feed,
+                notice_tail(tenant_id_of(owner), run.id, run.graph_id, run.event_seq),
             ],
         )
         try:

@@ -10,6 +10,9 @@ How it is put together (one module per concern):
   Validation is in Python, decisions in Lua (see ``_transitions``).
 * :mod:`docket_redis._schedules` — the schedule store; every schedule of the namespace
   under one hash tag (the exception to the rule below, see :mod:`docket_redis.keys`).
+* :mod:`docket_redis._feed` — the live feed (``streams``): commit notices published by
+  the transition scripts, emissions by clients, one subscriber per backend;
+  :mod:`docket_redis._retention` — ``prune`` over the per-scope retention indexes.
 * :mod:`docket_redis._schema` — the layout version; :mod:`docket_redis._persistence` —
   what each primary does to keep writes; :mod:`docket_redis._documents` — long run
   documents in pieces; :mod:`docket_redis._codec` — script answers and run summaries.
@@ -25,17 +28,19 @@ bundle: capabilities, open/close, the clock, wake-ups and the layout version.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import attrs
 
 from docket.contract import Capabilities, Feature, Limits
 from docket.contract.registry import BackendFactory
-from docket_redis import _schema
+from docket.contract.retention import PruneResult
+from docket_redis import _retention, _schema
 from docket_redis._documents import PIECE_BYTES, KnownDocuments, long_document
 from docket_redis._engine import Clock, RedisEngine
 from docket_redis._events import RedisEvents
+from docket_redis._feed import RedisFeed
 from docket_redis._graphs import RedisGraphs
 from docket_redis._persistence import NodePersistence, read_persistence, warn_durability
 from docket_redis._runs import RedisRuns
@@ -89,6 +94,7 @@ class RedisBackend:
         self._events = RedisEvents(self._engine)
         self._transitions = RedisTransitions(self._engine)
         self._schedules = RedisSchedules(self._engine)
+        self._feed = RedisFeed(self._engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> RedisBackend:
@@ -123,6 +129,8 @@ class RedisBackend:
             Feature.TIMERS,
             Feature.MESSAGES,
             Feature.SCHEDULES,
+            Feature.STREAMS,
+            Feature.PRUNE,
         }
         nodes = self._persistence
         if nodes and all(node.durable for node in nodes):
@@ -153,6 +161,12 @@ class RedisBackend:
         hash tag (see :mod:`docket_redis._schedules`)."""
         return self._schedules
 
+    @property
+    def feed(self) -> RedisFeed:
+        """``EventFeed`` (``Feature.STREAMS``): commit notices and emissions over pub/sub
+        (see :mod:`docket_redis._feed`)."""
+        return self._feed
+
     # -- lifecycle --------------------------------------------------------------------------
 
     async def open(self) -> None:
@@ -173,6 +187,7 @@ class RedisBackend:
 
     async def close(self) -> None:
         """Stop listening and close every connection; idempotent (and re-openable)."""
+        await self._feed.close()
         await self._engine.close()
 
     async def schema_versions(self) -> tuple[int | None, int]:
@@ -188,6 +203,26 @@ class RedisBackend:
     def schema_sql(self) -> str:
         """What :meth:`migrate` writes to an empty namespace (Redis has no DDL)."""
         return _schema.schema_sql(self._engine)
+
+    # -- retention --------------------------------------------------------------------------
+
+    async def prune(
+        self,
+        *,
+        event_age: timedelta | None = None,
+        run_age: timedelta | None = None,
+        batch_size: int = 1000,
+        now: datetime | None = None,
+    ) -> PruneResult:
+        """``Prunable``: one bounded pass deleting up to ``batch_size`` events written more
+        than ``event_age`` ago (live runs' too) and up to ``batch_size`` runs finished more
+        than ``run_age`` ago, with everything of theirs; ``None`` skips that kind. A row
+        exactly at the boundary survives; ``event_seq`` never changes (readers see the
+        hole). One pruner per namespace at a time: a concurrent pass returns
+        ``ran=False``. See :mod:`docket_redis._retention`."""
+        return await _retention.prune(
+            self._engine, event_age=event_age, run_age=run_age, batch_size=batch_size, now=now
+        )
 
     # -- clock and wake-ups -----------------------------------------------------------------
 

@@ -26,6 +26,9 @@ key                       type    content
 ``T:ix:h:<graph_hash>``   zset    the same, runs of one graph hash
 ``T:g:<graph_id>``        hash    ``d:<hash>`` -> document, ``p:<hash>`` -> published us
 ``T:gv:<graph_id>``       zset    ``<time key of published_at>:<hash>``, one score (lex)
+``T:ew``                  zset    run_id -> written us of its oldest retained events (4)
+``T:ew:<run_id>``         zset    ``<first seq>:<last seq>`` -> written us, one per commit (4)
+``T:fin``                 zset    run_id -> us it last became terminal (4)
 ========================  ======  =====================================================
 
 ``T:ready`` holds every unclaimed run with a wake: running runs, and (layout 3, durable
@@ -48,6 +51,21 @@ key                       type    content
 ``S:ix:<owner part>``     zset    member, one score (lex): one owner scope's
 ``S:due``                 zset    member -> ``due_at`` us (paused or done: absent)
 ========================  ======  =====================================================
+
+**Retention** (layout 4, :mod:`docket_redis._retention`) needs when each event was
+written and when each finished run ended. Both are indexed per scope, in the scope's own
+tag, by the same script that writes them: ``T:fin`` holds every terminal run by the time
+it (last) became terminal; ``T:ew:<run_id>`` holds one member per commit that wrote
+events — the range of sequences it wrote, scored by the time it wrote them — and
+``T:ew`` holds each run with retained events scored by its oldest such commit
+(``ZADD LT``), so a pass finds the old events of a scope without visiting its other
+runs. A pass walks the scope registry (``<prefix>:scopes``), so in a Cluster it finds
+every scope's indexes from any node, each script staying on its scope's slot; no key
+spans scopes.
+
+The **feed** (layout 4, :mod:`docket_redis._feed`) is the channel ``<prefix>:feed``:
+classic ``PUBLISH``, which a Cluster broadcasts to every node, so one subscription on any
+node hears every scope.
 
 A member is :func:`schedule_member`: ``(id, tenant or "")`` in bytes whose lexical order
 is that tuple's order, the listing order (``ScheduleCursor``); equal ``due_at`` scores
@@ -147,6 +165,10 @@ class Namespace:
         self.order = f"{home}:order"
         self.schema = f"{home}:schema"
         self.channel = f"{self.prefix}:wake"
+        #: commit notices (from the transition scripts) and emissions (from clients)
+        self.feed = f"{self.prefix}:feed"
+        #: held by the one pruner of the namespace running a pass
+        self.prune_lock = f"{home}:prune"
         self.schedules = ScheduleKeys(self.escaped)
 
     @property
@@ -172,6 +194,8 @@ class ScopeKeys:
         self.claimed = f"{self.tag}:claimed"
         self.summaries = f"{self.tag}:sum"
         self.index = f"{self.tag}:ix"
+        self.written = f"{self.tag}:ew"
+        self.finished = f"{self.tag}:fin"
 
     @property
     def tenant_id(self) -> str | None:
@@ -188,6 +212,9 @@ class ScopeKeys:
 
     def event_index(self, run_id: str) -> str:
         return f"{self.tag}:ei:{run_id}"
+
+    def commits_written(self, run_id: str) -> str:
+        return f"{self.tag}:ew:{run_id}"
 
     def by_status(self, status: RunStatus) -> str:
         return f"{self.tag}:ix:s:{status.value}"

@@ -75,6 +75,11 @@ SCRIPT_NAMES: Final = (
     "set_layout",
     "schedule_write",
     "schedule_read",
+    "prune_events",
+    "prune_peek",
+    "prune_runs",
+    "unlock",
+    "backfill",
 )
 #: How a script takes in a shared piece of Lua (``lua/<lib>.lua``): a line of its own.
 _INCLUDE: Final = re.compile(rb"^-- #include (\w+)\n", re.MULTILINE)

@@ -24,6 +24,8 @@ _ALWAYS = frozenset(
         Feature.TIMERS,
         Feature.MESSAGES,
         Feature.SCHEDULES,
+        Feature.STREAMS,
+        Feature.PRUNE,
     }
 )
 

@@ -6,7 +6,8 @@
 --
 -- KEYS  1 run   2 transitions   3 event bodies   4 event index   5 ready zset
 --       6 claimed zset   7 summaries   8..12 run index by status (running, waiting,
---       done, failed, cancelled)
+--       done, failed, cancelled)   13 runs by oldest written commit   14 the run's
+--       commits by written time   15 finished runs by end time (layout 4: retention)
 -- ARGV  1 transition_id   2 digest   3 expected checkpoint_seq   4 claim token ('' =
 --       unclaimed)   5 graph_id   6 graph_hash   7 started_at us   8 run document
 --       9 status   10 checkpoint_seq   11 event_seq   12 checkpoint type
@@ -16,7 +17,10 @@
 --      A document sent as changed pieces (see doc_pieces.lua) leaves ARGV 8 empty and
 --      follows the events with: base number of pieces, new number of pieces, count,
 --      then (piece index, bytes) per changed piece
+--      The last two ARGV: the feed channel and the commit notice's canonical JSON after
+--      its first field (see feed.lua): announced once the commit is written.
 -- #include doc_pieces
+-- #include feed
 local STATUS_KEY = {running = 8, waiting = 9, done = 10, failed = 11, cancelled = 12}
 
 -- #include clock
@@ -130,10 +134,13 @@ for i = 0, n - 1 do
     redis.call('ZADD', KEYS[4], seq, seq)
   end
 end
+written(KEYS[13], KEYS[14], run_id, stored_seq + 1, proposed_seq, now_s)
+finished(KEYS[15], run_id, ARGV[9], stored[7], now_s)
 redis.call('HSET', KEYS[7], run_id, stored[9] .. '|' .. ARGV[18])
 redis.call('ZREM', KEYS[STATUS_KEY[stored[7]]], ARGV[17])
 redis.call('ZADD', KEYS[STATUS_KEY[ARGV[9]]], 0, ARGV[17])
 if wake and wake <= now then
   redis.call('PUBLISH', ARGV[16], 'due')
 end
+notice(ARGV[#ARGV - 1], stored_seq + 1, ARGV[#ARGV])
 return {'OK'}

@@ -9,6 +9,8 @@
 --       5 event index       6 ready zset   7 summaries      8 run index
 --       9 run index of status 'running'   10 run index of the graph id
 --      11 run index of the graph hash     12 claimed zset
+--      13 runs by oldest written commit   14 the run's commits by written time
+--      15 finished runs by end time (layout 4: retention)
 -- ARGV  1 graph field ('d:' .. graph_hash)   2 transition_id   3 digest
 --       4 run document   5 graph_id   6 graph_hash   7 status   8 checkpoint_seq
 --       9 event_seq   10 started_at us   11 wake_at us   12 now us ('' = server TIME)
@@ -19,11 +21,12 @@
 -- wake_at (in the claimed zset, not the ready one), its first attempt counted, no wake,
 -- and nothing announced (nothing is due).
 -- On a single server (not a cluster, where these keys live on other slots) the caller
--- folds the scope registration in, saving a call: KEYS 13 scope registry (set)
--- 14 order counter, and ARGV 18 is then the scope's key part; the listing order is
+-- folds the scope registration in, saving a call: KEYS 16 scope registry (set)
+-- 17 order counter, and ARGV 18 is then the scope's key part; the listing order is
 -- taken here, only once every check has passed.
 -- #include doc_pieces
 -- #include clock
+-- #include feed
 
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return {'NOT_FOUND_GRAPH'}
@@ -41,9 +44,9 @@ end
 
 -- every check passed: publish
 local order = ARGV[18]
-if #KEYS >= 14 then
-  redis.call('SADD', KEYS[13], ARGV[18])
-  order = tostring(redis.call('INCR', KEYS[14]))
+if #KEYS >= 17 then
+  redis.call('SADD', KEYS[16], ARGV[18])
+  order = tostring(redis.call('INCR', KEYS[17]))
 end
 local token = ARGV[19]
 local due = {'wake', ARGV[11], 'attempts', '0'}
@@ -71,7 +74,11 @@ redis.call('HSET', KEYS[7], ARGV[16], order .. '|' .. ARGV[15])
 for k = 8, 11 do
   redis.call('ZADD', KEYS[k], 0, ARGV[14])
 end
-if token == '' and tonumber(ARGV[11]) <= clock(ARGV[12]) then
+local now, now_s = clock(ARGV[12])
+written(KEYS[13], KEYS[14], ARGV[16], 1, tonumber(ARGV[9]), now_s)
+finished(KEYS[15], ARGV[16], ARGV[7], nil, now_s)
+if token == '' and tonumber(ARGV[11]) <= now then
   redis.call('PUBLISH', ARGV[13], 'due')
 end
+notice(ARGV[#ARGV - 1], 1, ARGV[#ARGV])
 return {'OK'}
