@@ -49,6 +49,47 @@ __all__ = [
 #: A full copy of the channels every this many checkpoints (and at a run's first).
 SNAPSHOT_EVERY: Final = 32
 
+#: At most this many (estimated) bytes of values per checkpoint's history entry; values
+#: past it are recorded as ``"omitted"`` (their checkpoints unreadable until the next base
+#: that fits). Kept well under the stores' 1 MiB event limit: history must never make a
+#: commit too large that would fit without it.
+HISTORY_BUDGET: Final = 128 * 1024
+
+
+def _size(value: JSONValue, limit: int) -> int:
+    """An estimate of ``value``'s JSON size in bytes; stops counting past ``limit``."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass")) + 2
+    if isinstance(value, list):
+        total = 2
+        for item in value:
+            total += _size(item, limit - total) + 1
+            if total > limit:
+                break
+        return total
+    if isinstance(value, dict):
+        total = 2
+        for key, item in value.items():
+            total += len(key) + 4 + _size(item, limit - total)
+            if total > limit:
+                break
+        return total
+    return 8
+
+
+def _within_budget(channels: JSONDict) -> JSONDict:
+    """``channels`` with the values past :data:`HISTORY_BUDGET` marked omitted."""
+    left = HISTORY_BUDGET
+    for entry in channels.values():
+        assert isinstance(entry, dict)
+        for key in ("set", "append"):
+            if key in entry:
+                left -= _size(entry[key], left)
+                if left < 0:
+                    del entry[key]
+                    entry["omitted"] = True
+    return channels
+
 
 def _entry(old: ChannelState | None, new: ChannelState) -> JSONDict | None:
     if old is new:
@@ -124,6 +165,7 @@ def history_payload(before: Run, after: Run, *, base: bool) -> JSONDict:
     }
     if base:
         payload["base"] = True
+    _within_budget(channels)
     return payload
 
 
@@ -136,7 +178,13 @@ def wants_base(before: Run, after: Run) -> bool:
 
 
 def _is_history(event: Event) -> bool:
-    return event.type is EventType.CHECKPOINT_COMMITTED and "channels" in event.payload
+    """Whether ``event`` records its checkpoint's channels in full (nothing omitted)."""
+    if event.type is not EventType.CHECKPOINT_COMMITTED:
+        return False
+    channels = event.payload.get("channels")
+    if not isinstance(channels, dict):
+        return False
+    return not any(isinstance(e, dict) and e.get("omitted") for e in channels.values())
 
 
 def _state_ids(channels: Iterable[str]) -> tuple[str, ...]:
@@ -232,7 +280,7 @@ def rebuild_at(events: Sequence[Event], checkpoint_seq: int) -> Rebuilt | None:
             channels = None
         expected = seq + 1
         delta = payload.get("channels")
-        if not isinstance(delta, dict):
+        if not isinstance(delta, dict) or not _is_history(event):
             channels = None
             continue
         if payload.get("base") is True:
