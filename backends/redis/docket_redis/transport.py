@@ -32,9 +32,10 @@ import abc
 import asyncio
 import hashlib
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -149,6 +150,34 @@ def pack(commands: Sequence[Sequence[Arg]]) -> bytes:
                 raise TypeError(f"cannot send {type(arg).__name__} to Redis")
             out += (b"$%d\r\n" % len(data), data, b"\r\n")
     return b"".join(out)
+
+
+#: How long a command waits for a pooled connection to come free before it is not sent.
+ROOM_WAIT = 10.0
+
+
+_C = TypeVar("_C")
+
+
+async def _ready(make: Callable[[], _C]) -> _C:
+    return make()
+
+
+async def _with_room(acquire: Callable[[], Awaitable[_C]]) -> _C:
+    """A pooled connection, waiting (up to :data:`ROOM_WAIT`) while the pool is at its
+    limit: redis-py refuses at once (``MaxConnectionsError``), which under a burst of
+    callers (a hundred streams re-reading after one commit) would fail commands that
+    only had to queue."""
+    delay = 0.001
+    deadline = time.monotonic() + ROOM_WAIT
+    while True:
+        try:
+            return await acquire()
+        except rx.MaxConnectionsError:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 class Transport(abc.ABC):
@@ -329,7 +358,7 @@ class SingleTransport(Transport):
 
     async def _acquire(self, key: str) -> tuple[AbstractConnection, Any]:
         pool = self._client.connection_pool
-        return await _untyped(pool.get_connection), pool
+        return await _with_room(lambda: _untyped(pool.get_connection)), pool
 
     async def _release(self, connection: AbstractConnection, owner: Any) -> None:
         await owner.release(connection)
@@ -374,7 +403,7 @@ class ClusterTransport(Transport):
         node = self._cluster.get_node_from_key(key)
         if node is None:
             raise rx.ConnectionError(f"no node serves the slot of {key!r}")
-        connection = node.acquire_connection()
+        connection = await _with_room(lambda: _ready(node.acquire_connection))
         try:
             await _untyped(connection.connect)
         except BaseException:
