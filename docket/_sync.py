@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from docket._sync_history import SyncHistoryMethods
 from docket._sync_schedules import SyncScheduleMethods
 from docket.contract.protocols import Backend
 from docket.core.family import ChildInfo
@@ -77,7 +78,7 @@ class _LoopThread:
         self.loop.close()
 
 
-class SyncDocket(SyncScheduleMethods):  # schedule twins: docket/_sync_schedules.py
+class SyncDocket(SyncScheduleMethods, SyncHistoryMethods):  # twins: docket/_sync_*.py
     """The blocking twin of :class:`Docket`, for scripts and REPLs.
 
     It owns an event loop in a background thread, so an in-process worker started with

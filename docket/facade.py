@@ -44,6 +44,7 @@ from docket._facade_children import (
     require_runnable_children,
 )
 from docket._facade_family import read_children
+from docket._facade_history import HistoryMethods
 from docket._facade_schedules import ScheduleMethods
 from docket._facade_signals import SignalMethods
 from docket._facade_spans import lifecycle
@@ -139,7 +140,7 @@ class DrainSummary:
         return len(self.outcomes)
 
 
-class Docket(SignalMethods, ScheduleMethods):  # docket/_facade_signals.py, _facade_schedules.py
+class Docket(SignalMethods, ScheduleMethods, HistoryMethods):  # docket/_facade_*.py
     """A docket runtime instance: one backend, one node registry, one set of settings.
 
     ``backend`` is a URL (``"sqlite:///app.db"``, ``"memory://"``; resolved through the

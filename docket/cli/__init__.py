@@ -14,11 +14,13 @@ application's :class:`~docket.Docket` — its backend, node registry and tenant 
     docket graph list [GRAPH]         a graph's versions (or the graphs runs use)
     docket runs start GRAPH [--input JSON] [--run-id ID]
     docket runs list|show|events|watch|cancel|retry|resolve|send
+    docket runs history|show-at|fork|edit     state history (docs/history.md)
     docket schedules create|list|show|pause|resume|delete|trigger    cron schedules
     docket worker --app module:attr [--concurrency N] [--processes N] [--ui-port N]
     docket ui [--host 127.0.0.1] [--port 8787] [--token T] [--worker]   the web console
     docket migrate [--sql]            upgrade the store's schema (or print its DDL)
     docket backup DEST                a consistent copy of a SQLite database
+    docket prune --events-older-than 7d --runs-older-than 30d   retention
     docket backends                   installed backends (and the chosen one's capabilities)
 
 Output is a human-readable table or text; ``--json`` prints JSON for scripts. Exit codes:
@@ -41,6 +43,7 @@ from collections.abc import Sequence
 from docket.cli._admin import _add_admin_commands
 from docket.cli._common import _Failed, load_app
 from docket.cli._graphs import _add_graph_commands
+from docket.cli._history import add_history_commands
 from docket.cli._output import error_explanation, one_line
 from docket.cli._runs import _add_run_commands
 from docket.cli._schedules import _add_schedule_commands
@@ -57,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_graph_commands(commands)
     _add_run_commands(commands)
+    add_history_commands(commands)  # under ``runs``, and ``prune``
     _add_schedule_commands(commands)
     _add_worker_command(commands)
     _add_admin_commands(commands)

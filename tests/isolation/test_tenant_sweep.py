@@ -178,6 +178,17 @@ FACADE: dict[str, tuple[FacadeCall, Callable[[object], str | None]]] = {
     "history": (lambda d, w: d.history(w.run_id, tenant_id=TENANT_B), _not_found),
     "children": (lambda d, w: d.children(w.run_id, tenant_id=TENANT_B), _not_found),
     "send": (lambda d, w: d.send(w.run_id, "topic", 1, tenant_id=TENANT_B), _not_found),
+    # state history (docs/history.md)
+    "state_history": (lambda d, w: d.state_history(w.run_id, tenant_id=TENANT_B), _not_found),
+    "fetch_run_at": (lambda d, w: d.fetch_run_at(w.run_id, 1, tenant_id=TENANT_B), _not_found),
+    "fork_run": (
+        lambda d, w: d.fork_run(w.run_id, new_run_id="b-fork", tenant_id=TENANT_B),
+        _not_found,
+    ),
+    "update_state": (
+        lambda d, w: d.update_state(w.run_id, {"applied": True}, tenant_id=TENANT_B),
+        _not_found,
+    ),
     # A's schedule (on backends that store schedules; elsewhere each is Unsupported)
     "create_schedule": (
         lambda d, w: d.create_schedule(
@@ -212,6 +223,7 @@ FACADE_EXEMPT: dict[str, str] = {
     "worker": "workers serve every tenant; a lease carries its run's owner",
     "run_worker": "workers serve every tenant; a lease carries its run's owner",
     "drain_due": "drains whatever is due, in each run's own scope",
+    "prune": "retention spans every tenant: an operator's operation by age, naming no data",
 }
 
 # -- the store table ------------------------------------------------------------------------------
