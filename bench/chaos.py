@@ -67,20 +67,17 @@ the declared bound ``claim_ttl + poll_interval``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import random
 import shutil
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -91,6 +88,7 @@ if str(ROOT) not in sys.path:  # run as ``python bench/chaos.py``
 
 from bench import chaos_app  # noqa: E402
 from bench.chaos_checks import Record, Verdict, check_children, check_record, n_of  # noqa: E402
+from bench.chaos_store import Store, open_store  # noqa: E402
 from bench.chaos_time import MIN_TICKING, Messenger, Ticks, check_deadline  # noqa: E402
 from docket import SyncDocket  # noqa: E402
 from docket.errors import AlreadyResolved, Conflict, InactiveRun, NotRetryable  # noqa: E402
@@ -100,93 +98,6 @@ APP = "bench.chaos_app:create"
 RESTART_SLACK = 2.0  # seconds, on top of the claim TTL, around a restart window
 HANDOFF_SLACK = 0.5  # seconds: a hand-off may be logged just after the drain it revoked ended
 DRAIN_SLACK = 0.05  # seconds: a drain's span (monotonic) placed on the wall clock
-
-
-# -- the store ----------------------------------------------------------------------------------
-
-
-@attrs.define
-class Store:
-    """Where the campaign runs: a URL, and how to restart the server (None: cannot)."""
-
-    name: str
-    url: str
-    restart: Callable[[], None] | None
-    raw_transitions: Callable[[list[str]], dict[str, int]] | None = None
-
-
-def _backend_name(url: str) -> str:
-    scheme = url.split(":", 1)[0]
-    if scheme.startswith("postgres"):
-        return "postgres"
-    if scheme.startswith("redis"):
-        return "redis"
-    return scheme
-
-
-@contextlib.contextmanager
-def open_store(args: argparse.Namespace, directory: Path) -> Iterator[Store]:
-    if args.url:
-        yield Store(_backend_name(args.url), args.url, None)
-        return
-    if args.backend == "sqlite":
-        path = directory / "chaos.db"
-        yield Store("sqlite", f"sqlite:///{path}", None, lambda ids: _sqlite_transitions(path))
-    elif args.backend == "postgres":
-        from docket_postgres.testing import ThrowawayPostgres
-
-        # synchronous_commit=on: an acknowledged commit is in the WAL (written to the OS)
-        # before the answer, so a crash of the server's processes keeps it
-        with ThrowawayPostgres(settings={"synchronous_commit": "on"}) as server:
-            url = server.url(schema="chaos")
-            yield Store(
-                "postgres",
-                url,
-                lambda: server.restart(mode="immediate", down_for=args.db_down),
-                lambda ids: _postgres_transitions(server.conninfo()),
-            )
-    else:
-        from docket_redis.testing import redis_server, with_prefix
-
-        with redis_server(appendonly=True, appendfsync="always") as redis:
-            yield Store(
-                "redis",
-                with_prefix(redis.url, "chaos"),
-                lambda: redis.restart(crash=True, down_for=args.db_down),
-                lambda ids: _redis_transitions(redis.port, ids),
-            )
-
-
-def _sqlite_transitions(path: Path) -> dict[str, int]:
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-        rows = conn.execute(
-            "SELECT run_id, count(*) FROM docket_transitions GROUP BY run_id"
-        ).fetchall()
-    return {str(run_id): int(count) for run_id, count in rows}
-
-
-def _postgres_transitions(conninfo: str) -> dict[str, int]:
-    import psycopg
-
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT run_id, count(*) FROM chaos.transitions GROUP BY run_id"
-        ).fetchall()
-    return {str(run_id): int(count) for run_id, count in rows}
-
-
-def _redis_transitions(port: int, run_ids: list[str]) -> dict[str, int]:
-    import redis
-    from docket_redis.keys import Namespace
-
-    from docket.records import owner_scope
-
-    keys = Namespace("chaos").scope(owner_scope(None))
-    client = redis.Redis(host="127.0.0.1", port=port)
-    try:
-        return {run_id: int(client.hlen(keys.transitions(run_id))) for run_id in run_ids}
-    finally:
-        client.close()
 
 
 # -- workers --------------------------------------------------------------------------------------

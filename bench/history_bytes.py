@@ -165,5 +165,7 @@ def history_lines(found: list[HistoryBytes]) -> list[str]:
     for n in turns:
         mine, theirs = ok.get(("docket", n)), ok.get(("langgraph", n))
         if mine is not None and theirs is not None and theirs.stored_bytes:
-            out.append(f"history {n} docket/langgraph={mine.stored_bytes / theirs.stored_bytes:.3f}")
+            out.append(
+                f"history {n} docket/langgraph={mine.stored_bytes / theirs.stored_bytes:.3f}"
+            )
     return out
