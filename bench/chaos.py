@@ -88,7 +88,9 @@ if str(ROOT) not in sys.path:  # run as ``python bench/chaos.py``
 
 from bench import chaos_app  # noqa: E402
 from bench.chaos_checks import Record, Verdict, check_children, check_record, n_of  # noqa: E402
+from bench.chaos_ops import EDIT_DELTA, Operator, is_fork  # noqa: E402
 from bench.chaos_store import Store, open_store  # noqa: E402
+from bench.chaos_streams import StreamFollower  # noqa: E402
 from bench.chaos_time import MIN_TICKING, Messenger, Ticks, check_deadline  # noqa: E402
 from docket import SyncDocket  # noqa: E402
 from docket.errors import AlreadyResolved, Conflict, InactiveRun, NotRetryable  # noqa: E402
@@ -98,6 +100,7 @@ APP = "bench.chaos_app:create"
 RESTART_SLACK = 2.0  # seconds, on top of the claim TTL, around a restart window
 HANDOFF_SLACK = 0.5  # seconds: a hand-off may be logged just after the drain it revoked ended
 DRAIN_SLACK = 0.05  # seconds: a drain's span (monotonic) placed on the wall clock
+STREAM_PATIENCE = 60.0  # seconds the streams get to end once every run is terminal
 
 
 # -- workers --------------------------------------------------------------------------------------
@@ -236,8 +239,12 @@ class Driver:
         graph: object,
         directory: Path,
         messenger: Messenger | None = None,
+        operator: Operator | None = None,
+        follower: StreamFollower | None = None,
     ) -> None:
         self.docket = docket
+        self.operator = operator
+        self.follower = follower
         self.graph = graph
         self.directory = directory
         self.messenger = messenger
@@ -258,6 +265,8 @@ class Driver:
             try:
                 self.docket.retry_run(run_id, reason="chaos: total fixed")
                 self.retried += 1
+                if self.follower is not None:
+                    self.follower.follow(run_id)  # its stream ended when it failed
             except (NotRetryable, InactiveRun):
                 pass  # an earlier try landed though its answer was lost
             except Exception:  # the store is away (each backend has its own error types)
@@ -282,6 +291,8 @@ class Driver:
             except Exception:  # the store is away (each backend has its own error types)
                 self.store_errors += 1
                 return  # the store is away: try again next tick
+            if self.follower is not None:
+                self.follower.follow(run_id)
             if self.messenger is not None:
                 self.messenger.started(run_id)
             self.submitted += 1
@@ -306,7 +317,9 @@ class Driver:
                 continue
             try:
                 run = self.docket.fetch_run(run_id)
-                if self.messenger is not None:
+                # an edited run's message waits until its edit committed
+                edited = self.operator is None or self.operator.before_message(run)
+                if self.messenger is not None and edited:
                     self.messenger.waiting(run)
                 for interrupt in run.interrupts.values():
                     if interrupt.status is InterruptStatus.OPEN:
@@ -334,7 +347,12 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
     ticks = Ticks()
     with SyncDocket(store.url, nodes=chaos_app.NODES) as docket:
         messenger = Messenger(store.url)
-        driver = Driver(docket, chaos_app.save_graphs(docket), directory, messenger)
+        operator = Operator(docket)
+        follower = StreamFollower(store.url)
+        follower.start()
+        driver = Driver(
+            docket, chaos_app.save_graphs(docket), directory, messenger, operator, follower
+        )
         if "orphan_child" in chaos_app.sabotage():
             start_orphan(docket)
         try:
@@ -383,10 +401,14 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                     statuses = fresh
                     driver.resolve_waiting(statuses)
                     driver.retry_fixable(statuses)
+                    operator.fork_done(statuses)
                     finished = sum(
                         1
                         for run_id, s in statuses.items()
-                        if s.terminal and not driver.awaits_retry(run_id, s)
+                        if s.terminal and not driver.awaits_retry(run_id, s) and not is_fork(run_id)
+                    )
+                    forking = operator.pending(statuses) or len(operator.forks) < operator.wanted(
+                        args.runs
                     )
                     if (
                         driver.submitted == args.runs
@@ -394,6 +416,7 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                         and not restart_at
                         and not ticking
                         and finished == args.runs
+                        and not forking
                     ):
                         break
                 time.sleep(0.2)
@@ -402,8 +425,9 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         finally:
             workers.kill_all()
             messenger.close()
+            follower.close(STREAM_PATIENCE)
         verdict, timing = verify(
-            args, store, docket, directory, workers, restarts, messenger, ticks
+            args, store, docket, directory, workers, restarts, messenger, ticks, operator, follower
         )
     bad_exits = {name: code for name, code in codes.items() if code != 0}
     side = read_lines(directory, "side")
@@ -432,7 +456,11 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         f"deadlines={verdict.deadlines} ticks={verdict.ticks} "
         f"ticks_missed={verdict.ticks_missed} ticks_doubled={verdict.ticks_doubled} "
         f"messages={verdict.messages} messages_lost={verdict.messages_lost} "
-        f"messages_doubled={verdict.messages_doubled}"
+        f"messages_doubled={verdict.messages_doubled} "
+        f"edits={verdict.edits} edits_lost={verdict.edits_lost} "
+        f"forks={verdict.forks} forks_wrong={verdict.forks_wrong} "
+        f"streamed={verdict.streamed} stream_gaps={verdict.stream_gaps} "
+        f"stream_duplicates={verdict.stream_duplicates}"
     )
     failed = (
         verdict.problems
@@ -440,6 +468,11 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         or verdict.ticks_doubled
         or verdict.messages_lost
         or verdict.messages_doubled
+        or verdict.edits_lost
+        or verdict.forks_wrong
+        or verdict.stream_gaps
+        or verdict.stream_duplicates
+        or verdict.streamed != args.runs
         or verdict.ticks == 0
         or workers.died
         or bad_exits
@@ -459,6 +492,8 @@ def verify(
     restarts: list[tuple[float, float]],
     messenger: Messenger,
     ticks: Ticks,
+    operator: Operator,
+    follower: StreamFollower,
 ) -> tuple[Verdict, str]:
     verdict = Verdict()
     parents: dict[str, Record] = {}
@@ -477,12 +512,27 @@ def verify(
             verdict.problem(f"{run_id}: {run.status}")
         else:
             verdict.completed += 1
-            if run.output != chaos_app.expected_output(n_of(run_id)):
+            want = dict(chaos_app.expected_output(n_of(run_id)))
+            if run_id in operator.edits:  # its result is the edit check's (edits_lost)
+                result = want["result"]
+                assert isinstance(result, int)
+                want["result"] = result + EDIT_DELTA
+            edit_missed = run_id in operator.edits and run.output == {
+                **want,
+                "result": chaos_app.expected_output(n_of(run_id))["result"],
+            }
+            if run.output != want and not edit_missed:
                 verdict.wrong_outputs += 1
                 verdict.problem(f"{run_id}: output {run.output}")
     scheduled: dict[str, Record] = {}
-    children = check_children(docket, parents, verdict, scheduled)
-    summaries = [messenger.check(parents, verdict), ticks.check(scheduled, verdict)]
+    forks: dict[str, Record] = {}
+    children = check_children(docket, parents, verdict, scheduled, forks)
+    summaries = [
+        messenger.check(parents, verdict),
+        ticks.check(scheduled, verdict),
+        operator.check(parents, forks, verdict),
+        follower.check(parents, verdict),
+    ]
     timing = "; ".join(
         [
             *summaries,
@@ -490,7 +540,7 @@ def verify(
             f"({verdict.deadlines_asleep} while t slept)",
         ]
     )
-    records = {**parents, **children, **scheduled}
+    records = {**parents, **children, **scheduled, **forks}
 
     # one recorded transition per checkpoint, counted in the store itself
     if store.raw_transitions is not None:
@@ -512,7 +562,7 @@ def verify(
     expected = {
         run_id: chaos_app.expected_tasks(n_of(run_id)) if run_id in parents else chaos_app.KID_TASKS
         for run_id in records
-        if run_id not in scheduled  # a tick's node logs nothing
+        if run_id not in scheduled and run_id not in forks  # a tick's node logs nothing
     }
     # a deadline that fires may stop a run (and its children) before any of its tasks
     partial = {run_id for run_id in expected if chaos_app.deadline_fires(n_of(run_id))}

@@ -1,9 +1,10 @@
 """Commit-to-subscriber latency of ``Docket.stream``, per backend, with 1 and 100 followers.
 
 ``memory`` is the in-process backend (``memory://``), the others the servers the
-benchmark starts (:mod:`bench.stores`). One run (the ``single_node`` shape, never executed: no worker runs here) is followed by
-``subscribers`` streams (``Docket.stream(run_id, emissions=False, until_finished=False)``),
-all in the process and event loop of the harness. The harness then commits ``commits``
+benchmark starts (:mod:`bench.stores`). One run (the ``single_node`` shape, never
+executed: no worker runs here) is followed by ``subscribers`` streams
+(``Docket.stream(run_id, emissions=False, until_finished=False)``), all in the process
+and event loop of the harness. The harness then commits ``commits``
 times, one at a time: each commit is a ``Docket.send`` of a small message (a
 ``commit_unclaimed`` whose ``message_received`` event lands in the run's history; the run
 keeps it in its mailbox). The clock starts **just before the send is called** and stops
