@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from docket._sync_history import SyncHistoryMethods
 from docket._sync_schedules import SyncScheduleMethods
+from docket._sync_streams import SyncStreamMethods
 from docket.contract.protocols import Backend
 from docket.core.family import ChildInfo
 from docket.errors import RuntimeUnavailable
@@ -78,7 +79,9 @@ class _LoopThread:
         self.loop.close()
 
 
-class SyncDocket(SyncScheduleMethods, SyncHistoryMethods):  # twins: docket/_sync_*.py
+class SyncDocket(
+    SyncScheduleMethods, SyncHistoryMethods, SyncStreamMethods
+):  # twins: docket/_sync_*.py
     """The blocking twin of :class:`Docket`, for scripts and REPLs.
 
     It owns an event loop in a background thread, so an in-process worker started with

@@ -48,6 +48,7 @@ from docket._facade_history import HistoryMethods
 from docket._facade_schedules import ScheduleMethods
 from docket._facade_signals import SignalMethods
 from docket._facade_spans import lifecycle
+from docket._facade_streams import StreamMethods
 from docket._facade_time import run_timing
 from docket.contract import errors as contract
 from docket.contract.capabilities import BackendContractError, Capabilities, negotiate
@@ -140,7 +141,7 @@ class DrainSummary:
         return len(self.outcomes)
 
 
-class Docket(SignalMethods, ScheduleMethods, HistoryMethods):  # docket/_facade_*.py
+class Docket(SignalMethods, ScheduleMethods, HistoryMethods, StreamMethods):  # docket/_facade_*.py
     """A docket runtime instance: one backend, one node registry, one set of settings.
 
     ``backend`` is a URL (``"sqlite:///app.db"``, ``"memory://"``; resolved through the

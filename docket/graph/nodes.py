@@ -40,7 +40,7 @@ import attrs
 from docket.graph.model import GraphError, GraphErrorCode, implementation_name_problem
 from docket.graph.schema import Schema
 from docket.records import idempotency_key, item_task_id, task_id
-from docket.values import JSONDict, JSONValue
+from docket.values import JSONDict, JSONValue, coerce_durable
 
 __all__ = [
     "Failure",
@@ -92,6 +92,23 @@ class NodeContext:
     #: under the map's ``as`` name); ``None`` for any other node.
     item_index: int | None = None
     item: JSONValue = None
+    #: Set by the runtime where the backend has a live feed: sends what ``emit`` checked.
+    emitter: Callable[[JSONValue, str], None] | None = attrs.field(
+        default=None, repr=False, eq=False
+    )
+
+    def emit(self, data: object, kind: str = "custom") -> None:
+        """Send ``data`` to whoever streams this run right now (``Docket.stream``): a
+        token, a progress note. Ephemeral and best effort: never stored, never replayed,
+        lost when nobody listens or the worker's queue is full, and a no-op on a backend
+        without a live feed. ``data`` must be durable JSON (``NonDurableValue``, a
+        ``ValueError``, otherwise) and ``kind`` a string (``TypeError``); delivery
+        problems never raise. Works from sync and async nodes."""
+        if not isinstance(kind, str) or not kind:
+            raise TypeError(f"kind must be a non-empty string, got {kind!r}")
+        checked = coerce_durable(data)  # a copy: the node may change its own value later
+        if self.emitter is not None:
+            self.emitter(checked, kind)
 
     @property
     def task_id(self) -> str:

@@ -51,6 +51,7 @@ from typing import Literal, TypeAlias, assert_never, cast
 
 import attrs
 
+from docket.contract.capabilities import Feature
 from docket.contract.errors import (
     ClaimLost,
     NotFound,
@@ -83,12 +84,13 @@ from docket.core.moment import (
     yield_moment,
 )
 from docket.core.outcomes import AwaitingChild, TaskOutcome, describe_exception
-from docket.core.plan import Dispatch, HostLimits, check_execution_policy
+from docket.core.plan import Activation, Dispatch, HostLimits, check_execution_policy
 from docket.core.proposals import claimed_proposal
 from docket.core.settle import settle
 from docket.graph.compiler import RuntimeGraph
 from docket.records import Event, GraphRef, OwnerScope, Run, RunStatus, tenant_id_of
 from docket.runtime.children import Children, is_child_dispatch
+from docket.runtime.emissions import EmissionPump, Emitter
 from docket.runtime.execute import execute
 from docket.runtime.failures import log_failed_attempts, poisoned_claim
 from docket.runtime.graphs import GraphCache, GraphProblem
@@ -214,6 +216,8 @@ class Drainer:
         self._claimed_known = False
         self._chains: bool | None = None  # whether commits chain; decided on first use
         self._features: frozenset[str] | None = None  # the backend's; read on first use
+        #: The queue ``ctx.emit`` feeds (``Feature.STREAMS``); made on first use.
+        self.emissions: EmissionPump | None = None
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._graphs = graphs
         self._settings = settings
@@ -557,17 +561,17 @@ class Drainer:
         dispatch only rechecked children that are still running (nothing to commit: the
         caller hands the claim back until then)."""
         if not rtg.has_children:
-            done = await self._execute(rtg, dispatch, heartbeat, dispatch.now)
+            done = await self._execute(rtg, dispatch, heartbeat, dispatch.now, lease.owner)
             return done if done is None else self._supported(done)
         children = [a for a in dispatch.activations if is_child_dispatch(rtg, a)]
         if not children:
-            done = await self._execute(rtg, dispatch, heartbeat, dispatch.now)
+            done = await self._execute(rtg, dispatch, heartbeat, dispatch.now, lease.owner)
             return done if done is None else self._supported(done)
         others = tuple(a for a in dispatch.activations if not is_child_dispatch(rtg, a))
         executed: tuple[TaskOutcome, ...] | None = ()
         if others:
             subset = attrs.evolve(dispatch, activations=others)
-            executed = await self._execute(rtg, subset, heartbeat, dispatch.now)
+            executed = await self._execute(rtg, subset, heartbeat, dispatch.now, lease.owner)
             if executed is None:
                 return None
             executed = self._supported(executed)
@@ -591,13 +595,28 @@ class Drainer:
             return min([*(o.check_at for o in unchanged), *later])
         return (*(executed or ()), *asked)
 
+    def _emitters(self, owner: OwnerScope) -> Callable[[Activation], Emitter] | None:
+        """Each attempt's ``ctx.emit`` sender, where the backend has a live feed."""
+        if self._features is None:
+            self._features = self._backend.capabilities().features
+        if Feature.STREAMS not in self._features:
+            return None
+        if self.emissions is None:
+            self.emissions = EmissionPump(getattr(self._backend, "feed"))  # noqa: B009
+        return functools.partial(self.emissions.emitter, owner)
+
     def _supported(self, outcomes: tuple[TaskOutcome, ...]) -> tuple[TaskOutcome, ...]:
         if self._features is None:
             self._features = self._backend.capabilities().features
         return supported_waits(outcomes, self._features)
 
     async def _execute(
-        self, rtg: RuntimeGraph, dispatch: Dispatch, heartbeat: Heartbeat, now: datetime
+        self,
+        rtg: RuntimeGraph,
+        dispatch: Dispatch,
+        heartbeat: Heartbeat,
+        now: datetime,
+        owner: OwnerScope,
     ) -> tuple[TaskOutcome, ...] | None:
         """Run the node work; ``None`` when the claim was lost first (the heartbeat
         cancels the work then)."""
@@ -608,6 +627,7 @@ class Drainer:
                 clock=lambda: now,
                 application=self._application,
                 telemetry=self._telemetry,
+                emitters=self._emitters(owner),
             )
         )
         heartbeat.work = cast("asyncio.Future[object]", work)

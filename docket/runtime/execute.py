@@ -49,6 +49,7 @@ from docket.core.plan import Activation
 from docket.core.state import copy_dict, copy_json
 from docket.graph.compiler import RuntimeGraph, RuntimeNode
 from docket.graph.nodes import NodeContext
+from docket.runtime.emissions import Emitter
 from docket.telemetry import Metadata, Telemetry, log_context, outcome_metadata
 from docket.values import JSONValue
 
@@ -89,10 +90,12 @@ async def execute_one(
     application: Mapping[str, object] | None = None,
     threads: Executor | None = None,
     telemetry: Telemetry | None = None,
+    emitter: Emitter | None = None,
 ) -> TaskOutcome:
     """Run one attempt of ``node``; never raises for anything the node does (cancelling the
     caller still cancels it). Logs inside carry the task's context; with ``telemetry``
-    listening the attempt is a ``docket.node.execute`` span."""
+    listening the attempt is a ``docket.node.execute`` span. ``emitter`` sends what the
+    node's ``ctx.emit`` checked (``docket.runtime.emissions``)."""
     with log_context(
         run_id=activation.run_id,
         task_id=activation.task_id,
@@ -100,7 +103,7 @@ async def execute_one(
         attempt=activation.attempt,
     ):
         if not telemetry:
-            return await _attempt(node, activation, clock, application, threads)
+            return await _attempt(node, activation, clock, application, threads, emitter)
         metadata: Metadata = {
             "run_id": activation.run_id,
             "node_id": activation.node_id,
@@ -109,7 +112,7 @@ async def execute_one(
             "step": activation.step,
         }
         with telemetry.span("docket.node.execute", metadata) as span:
-            outcome = await _attempt(node, activation, clock, application, threads)
+            outcome = await _attempt(node, activation, clock, application, threads, emitter)
             span.set(outcome_metadata(outcome))
         return outcome
 
@@ -120,6 +123,7 @@ async def _attempt(
     clock: Callable[[], datetime],
     application: Mapping[str, object] | None,
     threads: Executor | None,
+    emitter: Emitter | None = None,
 ) -> TaskOutcome:
     timeout_ms = activation.timeout_ms
     context = NodeContext(
@@ -134,6 +138,7 @@ async def _attempt(
         timeout_ms=timeout_ms,
         item_index=activation.item_index,
         item=_item(node, activation),
+        emitter=emitter,
     )
     state = copy_dict(activation.snapshot)
     fn = node.definition.fn
@@ -177,10 +182,12 @@ async def execute(
     application: Mapping[str, object] | None = None,
     threads: Executor | None = None,
     telemetry: Telemetry | None = None,
+    emitters: Callable[[Activation], Emitter] | None = None,
 ) -> tuple[TaskOutcome, ...]:
     """Run every activation concurrently; one outcome per activation, in the same order.
 
     An activation whose node is missing from ``rtg`` fails (retryably) without running.
+    ``emitters`` gives each attempt its ``ctx.emit`` sender (none: emit is a no-op).
     """
     if not activations:
         return ()
@@ -200,6 +207,7 @@ async def execute(
             application=application,
             threads=threads,
             telemetry=telemetry,
+            emitter=emitters(activation) if emitters is not None else None,
         )
         limit = node.map.max_parallel if node.map is not None else None
         if limit is not None:
