@@ -51,11 +51,19 @@ the workers drain what is left, are stopped with SIGTERM, and the harness checks
   back a duplicate; the runs whose deadline must fire failed with ``deadline_exceeded``;
   each tick of the per-second schedule (created when the kill phase starts, deleted when
   it ends) started exactly one run.
+* operator transitions (:mod:`bench.chaos_ops`): the runs whose ``approval`` the harness
+  edited (``update_state``) while they waited for their message end with a result that
+  reflects the edit; the done runs it forked (``fork_run``, at the checkpoint before
+  ``total``, with a patch) end done with the output that checkpoint and patch give.
+* the live streams (:mod:`bench.chaos_streams`): a thread of the harness follows every run
+  with ``Docket.stream`` through the kills and restarts; each stream yielded every event
+  the store holds for its run exactly once, in order, and ended.
 
 The last line is ``chaos: backend=<name> runs=R completed=C lost=L duplicate_commits=D
 gaps=G wrong_outputs=W children=K orphans=O missing_children=M child_outputs_wrong=X
 kills=K db_restarts=N deadlines=D ticks=T ticks_missed=0 ticks_doubled=0 messages=M
-messages_lost=0 messages_doubled=0``; the exit status is 1 on any violation.
+messages_lost=0 messages_doubled=0 edits=E edits_lost=0 forks=F forks_wrong=0
+streamed=R stream_gaps=0 stream_duplicates=0``; the exit status is 1 on any violation.
 
 ``--measure-recovery M`` measures the recovery bound instead: M times, a victim worker
 hangs in its node executions (keeping its claims alive with heartbeats), is killed at a
@@ -68,19 +76,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import random
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-
-import attrs
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as ``python bench/chaos.py``
@@ -92,134 +95,15 @@ from bench.chaos_ops import EDIT_DELTA, Operator, is_fork  # noqa: E402
 from bench.chaos_store import Store, open_store  # noqa: E402
 from bench.chaos_streams import StreamFollower  # noqa: E402
 from bench.chaos_time import MIN_TICKING, Messenger, Ticks, check_deadline  # noqa: E402
+from bench.chaos_workers import Workers, read_lines  # noqa: E402
 from docket import SyncDocket  # noqa: E402
 from docket.errors import AlreadyResolved, Conflict, InactiveRun, NotRetryable  # noqa: E402
 from docket.records import InterruptStatus, RunStatus  # noqa: E402
 
-APP = "bench.chaos_app:create"
 RESTART_SLACK = 2.0  # seconds, on top of the claim TTL, around a restart window
 HANDOFF_SLACK = 0.5  # seconds: a hand-off may be logged just after the drain it revoked ended
 DRAIN_SLACK = 0.05  # seconds: a drain's span (monotonic) placed on the wall clock
 STREAM_PATIENCE = 60.0  # seconds the streams get to end once every run is terminal
-
-
-# -- workers --------------------------------------------------------------------------------------
-
-
-@attrs.define
-class Workers:
-    """The worker processes of a campaign, by name (``w0``, ``w1``, …)."""
-
-    url: str
-    directory: Path
-    ttl: float
-    poll: float
-    concurrency: int
-    live: dict[str, subprocess.Popen[bytes]] = attrs.field(factory=dict)
-    killed: dict[str, float] = attrs.field(factory=dict)  # name -> unix time of the SIGKILL
-    died: list[str] = attrs.field(factory=list)  # exited without being told to
-    failed_at_start: list[str] = attrs.field(factory=list)  # died before opening the store
-    count: int = 0
-
-    def spawn(self, **extra: str) -> str:
-        name = f"w{self.count}"
-        self.count += 1
-        env = dict(os.environ)
-        env.update(
-            DOCKET_BACKEND=self.url,
-            DOCKET_CHAOS_DIR=str(self.directory),
-            DOCKET_CHAOS_WORKER=name,
-            DOCKET_CHAOS_TTL=str(self.ttl),
-            DOCKET_CHAOS_POLL=str(self.poll),
-            **extra,
-        )
-        self.live[name] = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                # ``docket worker``, the command line's entry point (as the console script)
-                "import sys; from docket.cli import main; sys.exit(main(sys.argv[1:]))",
-                "worker",
-                "--app",
-                APP,
-                "--concurrency",
-                str(self.concurrency),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=(self.directory / f"{name}.err").open("wb"),
-        )
-        return name
-
-    def ready(self, name: str) -> bool:
-        return "docket worker" in (self.directory / f"{name}.err").read_text(errors="replace")
-
-    def wait_ready(self, names: list[str], timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not all(self.ready(name) for name in names):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"workers {names} did not start within {timeout}s")
-            for name in names:
-                if self.live[name].poll() is not None:
-                    raise RuntimeError(f"worker {name} exited at start: {self.tail(name)}")
-            time.sleep(0.05)
-
-    def tail(self, name: str) -> str:
-        return (self.directory / f"{name}.err").read_text(errors="replace")[-1500:]
-
-    def kill(self, name: str) -> float:
-        proc = self.live.pop(name)
-        proc.send_signal(signal.SIGKILL)
-        at = time.time()
-        proc.wait(timeout=10)
-        self.killed[name] = at
-        return at
-
-    def reap(self) -> list[str]:
-        """Workers that exited on their own (a bug: a worker must outlive any store
-        trouble); they are replaced."""
-        gone = [name for name, proc in self.live.items() if proc.poll() is not None]
-        for name in gone:
-            del self.live[name]
-            # a worker started while the server is down waits for it (docket worker
-            # retries opening the store), so leaving early is a bug as well
-            self.died.append(name)
-            if not self.ready(name):
-                self.failed_at_start.append(name)
-            self.spawn()
-        return gone
-
-    def stop_all(self, timeout: float = 30.0) -> dict[str, int | None]:
-        # a worker still importing has no SIGTERM handler yet: let it start first
-        self.reap()
-        self.wait_ready(sorted(self.live))
-        for proc in self.live.values():
-            proc.send_signal(signal.SIGTERM)
-        codes: dict[str, int | None] = {}
-        for name, proc in self.live.items():
-            try:
-                codes[name] = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-                codes[name] = None
-        self.live.clear()
-        return codes
-
-    def kill_all(self) -> None:
-        for proc in self.live.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
-        self.live.clear()
-
-
-def read_lines(directory: Path, prefix: str) -> list[list[str]]:
-    out: list[list[str]] = []
-    for path in sorted(directory.glob(f"{prefix}-*.log")):
-        out += [line.split() for line in path.read_text().splitlines() if line.strip()]
-    return out
 
 
 # -- the harness's side of the runs -----------------------------------------------------------
