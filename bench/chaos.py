@@ -129,6 +129,7 @@ class Driver:
         self.docket = docket
         self.operator = operator
         self.follower = follower
+        self.unsure: set[str] = set()  # retried while the store was away
         self.graph = graph
         self.directory = directory
         self.messenger = messenger
@@ -142,6 +143,12 @@ class Driver:
         return status is RunStatus.FAILED and chaos_app.needs_fix(n_of(run_id))
 
     def retry_fixable(self, statuses: dict[str, RunStatus]) -> None:
+        # a retry whose answer was lost: once it shows, its run's stream (which ended when
+        # the run failed) follows it again
+        for run_id in sorted(self.unsure):
+            if statuses.get(run_id, RunStatus.FAILED) is not RunStatus.FAILED:
+                self.unsure.discard(run_id)
+                self._follow_again(run_id)
         for run_id, status in statuses.items():
             if not self.awaits_retry(run_id, status):
                 continue
@@ -149,13 +156,17 @@ class Driver:
             try:
                 self.docket.retry_run(run_id, reason="chaos: total fixed")
                 self.retried += 1
-                if self.follower is not None:
-                    self.follower.follow(run_id)  # its stream ended when it failed
+                self._follow_again(run_id)
             except (NotRetryable, InactiveRun):
-                pass  # an earlier try landed though its answer was lost
+                self._follow_again(run_id)  # an earlier try landed though its answer was lost
             except Exception:  # the store is away (each backend has its own error types)
                 self.store_errors += 1
+                self.unsure.add(run_id)
                 return
+
+    def _follow_again(self, run_id: str) -> None:
+        if self.follower is not None:
+            self.follower.follow(run_id)
 
     def submit_until(self, count: int) -> None:
         from docket.records import GraphRef
