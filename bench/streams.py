@@ -39,6 +39,7 @@ __all__ = ["WARMUP", "StreamLatency", "stream_latency", "stream_lines", "stream_
 
 WARMUP = 3
 PATIENCE = 30.0  # seconds a commit may take to reach every follower
+CELL_TIMEOUT = 180.0  # seconds a whole cell may take (a feed that hangs ends it)
 
 
 @attrs.define
@@ -95,6 +96,16 @@ async def _follow(docket: Docket, run_id: str, after: int, index: int, at: _Foll
 
 
 async def stream_latency(place: Place, subscribers: int, commits: int) -> StreamLatency:
+    """One cell; ``unavailable`` says why when it could not be measured (in time)."""
+    try:
+        return await asyncio.wait_for(_cell(place, subscribers, commits), CELL_TIMEOUT)
+    except TimeoutError:
+        return StreamLatency(
+            place.backend, subscribers, unavailable=f"timed out after {CELL_TIMEOUT:.0f} s"
+        )
+
+
+async def _cell(place: Place, subscribers: int, commits: int) -> StreamLatency:
     found = StreamLatency(place.backend, subscribers)
     memory = place.backend == "memory"
     missing = None if memory else place.env.missing(place.backend)
