@@ -32,7 +32,14 @@ from bench import chaos_app
 from docket import SyncDocket
 from docket.core.children import ParentLink
 from docket.errors import NotFound
-from docket.records import TASK_CHILD_RUNNING, Event, EventType, Run, RunStatus
+from docket.records import (
+    FORKED_FROM_KEY,
+    TASK_CHILD_RUNNING,
+    Event,
+    EventType,
+    Run,
+    RunStatus,
+)
 
 __all__ = ["Record", "Verdict", "check_children", "check_record", "n_of"]
 
@@ -62,6 +69,13 @@ class Verdict:
     ticks: int = 0
     ticks_missed: int = 0
     ticks_doubled: int = 0
+    edits: int = 0  # runs edited while they waited (bench/chaos_ops.py)
+    edits_lost: int = 0
+    forks: int = 0  # done runs forked at an earlier checkpoint
+    forks_wrong: int = 0
+    streamed: int = 0  # runs whose live stream matched the store (bench/chaos_streams.py)
+    stream_gaps: int = 0
+    stream_duplicates: int = 0
     problems: list[str] = attrs.field(factory=list)
 
     def problem(self, text: str) -> None:
@@ -182,10 +196,13 @@ def check_children(
     parents: dict[str, Record],
     verdict: Verdict,
     scheduled: dict[str, Record] | None = None,
+    forks: dict[str, Record] | None = None,
 ) -> dict[str, Record]:
     """Every child run in the store against its parents' ``child_started`` events (see
     the module docstring); returns the children's records. The runs of the campaign's
-    schedule (graph ``chaos_tick``) are no children: their records go to ``scheduled``."""
+    schedule (graph ``chaos_tick``) are no children: their records go to ``scheduled``;
+    nor are the forks the harness made (``docket.forked_from`` set): they go to ``forks``
+    (:mod:`bench.chaos_ops` checks them)."""
     asked = _asked(parents, verdict)
     children: dict[str, Record] = {}
     linked: dict[Key, list[str]] = defaultdict(list)
@@ -198,6 +215,9 @@ def check_children(
             continue
         if record.run.graph_id == chaos_app.TICK_GRAPH.id and scheduled is not None:
             scheduled[ident] = record
+            continue
+        if FORKED_FROM_KEY in record.run.metadata and forks is not None:
+            forks[ident] = record
             continue
         children[ident] = record
         link = ParentLink.of(record.run)

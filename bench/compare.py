@@ -24,7 +24,14 @@ Sections (``--sections``; all by default), on the same machine and the same serv
 - ``growth``: transitions/s and ``claim_due`` latency on a store holding
   ``--growth-runs`` finished runs and ``--growth-events`` events vs an empty one;
 - ``longchat``: cost per step of a 200-superstep run appending 1 KB a step
-  (``bench/growth.py``).
+  (``bench/growth.py``);
+- ``stream``: commit-to-follower latency of ``Docket.stream`` (p50/p99, from just before
+  the commit is sent to the follower's stream yielding it) with ``--stream-followers``
+  followers of one run, on the memory backend and each of ``--backends``
+  (``bench/streams.py``);
+- ``history``: state-history storage bytes per step of the long chat at
+  ``--history-turns`` steps, docket's events vs LangGraph's ``AsyncSqliteSaver`` rows,
+  both on SQLite (``bench/history_bytes.py``).
 
 ``--unsafe-fast-pg`` adds a second PostgreSQL server with ``fsync``,
 ``synchronous_commit`` and ``full_page_writes`` off (backend ``postgres-unsafe``) to the
@@ -36,7 +43,9 @@ for ``inline``: below 1 means docket is faster; throughput ratio for the databas
 1 means docket is faster), ``ceiling <backend> <inflight> docket/best_raw=<x> (best raw
 <rate>/s: <variant>)``, ``ceiling <backend> <inflight> docket/one_per_txn=<x>``,
 ``ceiling <backend> max raw=...``, ``growth <backend> large/empty=<x>`` and ``longchat
-<backend> step200/step10=<x>``, and writes ``results.json``, ``results.md`` and PNG
+<backend> step200/step10=<x>``, ``stream <backend> <followers> p50_ms=<x> p99_ms=<y>
+missed=<n>``, ``history <engine> bytes_per_step@<N>=<b>`` (and ``growth@<N>/<M>``,
+``history <N> docket/langgraph=<x>``), and writes ``results.json``, ``results.md`` and PNG
 charts to ``--out`` (``bench/results/``). Exits 1 if any engine's trial is GATED (its
 read-back found a run that is not what the shape should have stored).
 """
@@ -58,7 +67,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import ceiling, durable, growth, inline
+from bench import ceiling, durable, growth, history_bytes, inline, streams
 from bench.cells import run_cell
 from bench.dbos_peer import engines as dbos_engines
 from bench.report import UNSAFE_NOTE, Report
@@ -66,7 +75,7 @@ from bench.shapes import SHAPES
 from bench.stores import UNSAFE_PG, Env, Place, servers
 
 BACKENDS = ("sqlite", "postgres", "redis")
-SECTIONS = ("inmemory", "durable", "ceiling", "growth", "longchat")
+SECTIONS = ("inmemory", "durable", "ceiling", "growth", "longchat", "stream", "history")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -246,6 +255,33 @@ async def run_all(args: argparse.Namespace, report: Report) -> None:
             _say(f"\n### Long chat ({time.perf_counter() - began:.0f} s)\n")
             _say(report.long_chat_table())
 
+        if "stream" in args.sections:
+            began = time.perf_counter()
+            for backend in ["memory", *args.backends]:
+                for followers in args.stream_followers:
+                    place = Place(backend, env, f"stream{followers}")
+                    report.streams.append(
+                        await streams.stream_latency(place, followers, args.stream_commits)
+                    )
+            _say(f"\n### Stream latency ({time.perf_counter() - began:.0f} s)\n")
+            _say(streams.stream_table(report.streams))
+
+        if "history" in args.sections:
+            began = time.perf_counter()
+            for turns in args.history_turns:
+                report.history.append(
+                    await history_bytes.docket_history_bytes(
+                        Place("sqlite", env, f"history{turns}"), turns
+                    )
+                )
+                report.history.append(
+                    await history_bytes.langgraph_history_bytes(
+                        Place("sqlite", env, f"lg_history{turns}"), turns
+                    )
+                )
+            _say(f"\n### History storage ({time.perf_counter() - began:.0f} s)\n")
+            _say(history_bytes.history_table(report.history))
+
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -298,6 +334,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--growth-repeats", type=int, help="alternating trials per store (3; quick 2)")
     add("--longchat-turns", type=int, default=200)
     add("--longchat-runs", type=int, help="long-chat runs per backend (3; quick 1)")
+    add(
+        "--stream-followers",
+        type=int,
+        nargs="+",
+        default=[1, 100],
+        help="streams following the one run of each stream cell",
+    )
+    add("--stream-commits", type=int, help="measured commits per stream cell (200; quick 30)")
+    add(
+        "--history-turns",
+        type=int,
+        nargs="+",
+        default=[50, 200],
+        help="long-chat steps of the history section's runs",
+    )
     add("--out", type=Path, default=RESULTS, help="where JSON and charts go")
     args = parser.parse_args(argv)
     defaults = {
@@ -316,6 +367,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "growth_trial_runs": (400, 80),
         "growth_repeats": (3, 2),
         "longchat_runs": (3, 1),
+        "stream_commits": (200, 30),
     }
     for name, (full, quick) in defaults.items():
         if getattr(args, name) is None:

@@ -12,8 +12,10 @@ import attrs
 from bench.ceiling import Ceiling
 from bench.durable import Result
 from bench.growth import Growth, LongChat
+from bench.history_bytes import HistoryBytes, history_lines, history_table
 from bench.inline import CONTENDERS
 from bench.stores import UNSAFE_PG
+from bench.streams import StreamLatency, stream_lines, stream_table
 
 # Every durable engine, in table order; the peers docket's ratio lines are taken against.
 ENGINES = ("docket", "langgraph", "dbos", "dbos-wal")
@@ -32,6 +34,8 @@ class Report:
     ceilings: list[Ceiling] = attrs.Factory(list)
     growth: list[Growth] = attrs.Factory(list)
     long_chat: list[LongChat] = attrs.Factory(list)
+    streams: list[StreamLatency] = attrs.Factory(list)
+    history: list[HistoryBytes] = attrs.Factory(list)
 
     # -- tables ---------------------------------------------------------------------------
 
@@ -156,6 +160,10 @@ class Report:
             parts += ["### Growth", self.growth_table()]
         if self.long_chat:
             parts += ["### Long chat (cost per step)", self.long_chat_table()]
+        if self.streams:
+            parts += ["### Stream latency (commit to follower)", stream_table(self.streams)]
+        if self.history:
+            parts += ["### History storage (long chat)", history_table(self.history)]
         return "\n\n".join(parts)
 
     # -- machine-readable lines -------------------------------------------------------------
@@ -204,6 +212,8 @@ class Report:
             if chat.unavailable is None and chat.step10_ms:
                 ratio = chat.last_ms / chat.step10_ms
                 yield f"longchat {chat.backend} step{chat.turns}/step10={ratio:.3f}"
+        yield from stream_lines(self.streams)
+        yield from history_lines(self.history)
 
     # -- files ----------------------------------------------------------------------------
 
@@ -215,6 +225,8 @@ class Report:
             "ceiling": [c.as_json() for c in self.ceilings],
             "growth": [g.as_json() for g in self.growth],
             "long_chat": [c.as_json() for c in self.long_chat],
+            "streams": [s.as_json() for s in self.streams],
+            "history": [h.as_json() for h in self.history],
             "lines": list(self.lines()),
         }
 

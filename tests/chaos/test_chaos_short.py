@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import chaos_app
+from bench import chaos_app, chaos_ops
 
 ROOT = Path(__file__).resolve().parents[2]
 LAST_LINE = re.compile(
@@ -21,7 +21,10 @@ LAST_LINE = re.compile(
     r"kills=(?P<kills>\d+) db_restarts=(?P<db_restarts>\d+) deadlines=(?P<deadlines>\d+) "
     r"ticks=(?P<ticks>\d+) ticks_missed=(?P<ticks_missed>\d+) "
     r"ticks_doubled=(?P<ticks_doubled>\d+) messages=(?P<messages>\d+) "
-    r"messages_lost=(?P<messages_lost>\d+) messages_doubled=(?P<messages_doubled>\d+)"
+    r"messages_lost=(?P<messages_lost>\d+) messages_doubled=(?P<messages_doubled>\d+) "
+    r"edits=(?P<edits>\d+) edits_lost=(?P<edits_lost>\d+) forks=(?P<forks>\d+) "
+    r"forks_wrong=(?P<forks_wrong>\d+) streamed=(?P<streamed>\d+) "
+    r"stream_gaps=(?P<stream_gaps>\d+) stream_duplicates=(?P<stream_duplicates>\d+)"
 )
 
 
@@ -29,6 +32,12 @@ def children_of(runs: int) -> int:
     """Every run starts one child for ``k`` and one per map item of ``mk`` (``n % 4`` of
     them), item 1 twice (its first child fails on purpose)."""
     return sum(1 + n % 4 + (n % 4 > 1) for n in range(runs))
+
+
+def deadline_children_of(runs: int) -> int:
+    """The children of the runs whose deadline fires: on a loaded machine the deadline may
+    stop such a run before its children start (the campaign accepts that)."""
+    return sum(1 + n % 4 + (n % 4 > 1) for n in range(runs) if chaos_app.deadline_fires(n))
 
 
 def deadlines_of(runs: int) -> int:
@@ -40,6 +49,16 @@ def messages_of(runs: int) -> int:
     """Every run whose node ``t`` waits for a message is sent one (its re-sends are the
     same message)."""
     return sum(chaos_app.waits_for_message(n) for n in range(runs))
+
+
+def edits_of(runs: int) -> int:
+    """The ``late`` message runs with ``n % 12`` in 3 or 5 get their approval edited."""
+    return sum(chaos_ops.edited(n) for n in range(runs))
+
+
+def forks_of(runs: int) -> int:
+    """The runs ending done on their own with ``n % 5 == 2`` are forked."""
+    return sum(chaos_ops.forked(n) for n in range(runs))
 
 
 def _campaign(*options: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -92,7 +111,7 @@ def test_short_chaos_campaigns_on_every_backend_lose_nothing() -> None:
             "duplicate_commits": "0",
             "gaps": "0",
             "wrong_outputs": "0",
-            "children": str(children_of(runs)),
+            "children": match["children"],
             "orphans": "0",
             "missing_children": "0",
             "child_outputs_wrong": "0",
@@ -105,7 +124,16 @@ def test_short_chaos_campaigns_on_every_backend_lose_nothing() -> None:
             "messages": str(messages_of(runs)),
             "messages_lost": "0",
             "messages_doubled": "0",
-        }
+            "edits": str(edits_of(runs)),
+            "edits_lost": "0",
+            "forks": str(forks_of(runs)),
+            "forks_wrong": "0",
+            "streamed": str(runs),
+            "stream_gaps": "0",
+            "stream_duplicates": "0",
+        }, f"{backend}:\n{output[-3000:]}"
+        children = int(match["children"])
+        assert children_of(runs) - deadline_children_of(runs) <= children <= children_of(runs)
         assert int(match["kills"]) >= kills
         assert int(match["ticks"]) >= 1
         print("\n" + last)
@@ -211,3 +239,37 @@ def test_the_campaign_reports_lost_and_doubled_messages_and_ticks() -> None:
     assert "VIOLATION chaos-00000:extra: sent and accepted, never consumed" in stdout
     assert "VIOLATION chaos-00002:msg: consumed 1 times, received 1 times, accepted 2" in stdout
     assert "VIOLATION tick " in stdout and ": no run" in stdout
+
+
+def test_the_campaign_reports_lost_edits_wrong_forks_and_stream_gaps_and_duplicates() -> None:
+    """The negative control of the operator and stream checks: an edit that writes the
+    value the run had, a fork patched one too high, a follower that drops one event of a
+    run and records another twice."""
+    env = dict(
+        os.environ,
+        DOCKET_CHAOS_SABOTAGE="edit_lost,fork_wrong,stream_gap,stream_duplicate",
+    )
+    proc = _campaign(
+        *("--backend", "sqlite", "--workers", "2", "--runs", "8", "--min-kills", "0"),
+        *("--kill-interval", "600", "--timeout", "120"),
+        env=env,
+    )
+    stdout, _ = proc.communicate(timeout=200)
+    assert proc.returncode == 1, stdout[-6000:]
+    match = LAST_LINE.fullmatch(stdout.strip().splitlines()[-1])
+    assert match is not None, stdout[-3000:]
+    assert (
+        match["completed"],
+        match["wrong_outputs"],
+        match["edits"],
+        match["edits_lost"],
+        match["forks"],
+        match["forks_wrong"],
+        match["streamed"],
+        match["stream_gaps"],
+        match["stream_duplicates"],
+    ) == ("8", "0", str(edits_of(8)), "1", str(forks_of(8)), "1", "6", "1", "1"), stdout[-3000:]
+    assert "VIOLATION chaos-00003: edit of approval not reflected" in stdout
+    assert "VIOLATION fork-chaos-00002: ended done with" in stdout
+    assert "VIOLATION chaos-00001: stream missed [3]" in stdout
+    assert "VIOLATION chaos-00004: streamed seqs [1, 2, 2, 3" in stdout
