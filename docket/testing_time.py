@@ -596,7 +596,8 @@ class TimeSkippingEnv:
             try:
                 if left <= 0:
                     raise TimeoutError
-                await asyncio.wait_for(traffic.changed.wait(), left)
+                async with asyncio.timeout(left):  # 3.11's wait_for can lose a cancel
+                    await traffic.changed.wait()
             except TimeoutError:
                 busy = sum(w.in_flight for w in self._workers)
                 raise NotSettled(

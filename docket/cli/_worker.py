@@ -141,6 +141,7 @@ async def _open_when_reachable(docket: Docket, stop: asyncio.Event) -> bool:
                 flush=True,
             )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), delay)
+            async with asyncio.timeout(delay):  # 3.11's wait_for can lose a cancel
+                await stop.wait()
         delay = min(delay * 2, 5.0)
     return False

@@ -92,11 +92,18 @@ class LocalSubscription:
                 return self._take()
             future: asyncio.Future[None] = loop.create_future()
             self._waiter = (loop, future)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(future), timeout)
+        try:
+            # asyncio.timeout, not wait_for: 3.11's wait_for loses a cancellation that
+            # lands as the future completes, leaving a cancelled stream running
+            async with asyncio.timeout(timeout):
+                await future
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                if self._waiter is not None and self._waiter[1] is future:
+                    self._waiter = None
         with self._lock:
-            if self._waiter is not None and self._waiter[1] is future:
-                self._waiter = None
             return self._take()
 
     async def close(self) -> None:

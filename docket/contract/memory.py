@@ -230,7 +230,8 @@ class MemoryBackend:
         with self._lock:
             self._waiters.append(entry)
         try:
-            await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # 3.11's wait_for can lose a cancel
+                await future
             return True
         except TimeoutError:
             return False

@@ -135,4 +135,5 @@ class EmissionPump:
         task = self._task
         if task is not None and not task.done():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), timeout)
+                async with asyncio.timeout(timeout):  # 3.11's wait_for can lose a cancel
+                    await asyncio.shield(task)

@@ -442,7 +442,8 @@ class Worker:
         # an eager start still committing adopts (and its drain releases) or gives back
         # its slot within one commit; wait for it so its drain is not left behind
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._settled.wait(), self._grace())
+            async with asyncio.timeout(self._grace()):  # 3.11's wait_for can lose a cancel
+                await self._settled.wait()
         active = dict(self._active)
         if not active:
             return

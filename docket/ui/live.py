@@ -148,7 +148,8 @@ async def _relay(
         yield f"retry: {_RETRY_MS}\n\n".encode()
         while True:
             try:
-                item = await asyncio.wait_for(queue.get(), heartbeat)
+                async with asyncio.timeout(heartbeat):  # 3.11's wait_for can lose a cancel
+                    item = await queue.get()
             except TimeoutError:
                 if await request.is_disconnected():
                     break

@@ -185,7 +185,8 @@ class FeedListener:
 
     async def wait_connected(self, timeout: float) -> bool:
         try:
-            await asyncio.wait_for(self._connected.wait(), timeout)
+            async with asyncio.timeout(timeout):  # 3.11's wait_for can lose a cancel
+                await self._connected.wait()
             return True
         except TimeoutError:
             return False

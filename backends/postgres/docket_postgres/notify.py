@@ -43,7 +43,8 @@ class Waiters:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._futures.add(future)
         try:
-            await asyncio.wait_for(future, max(0.0, timeout))
+            async with asyncio.timeout(max(0.0, timeout)):  # 3.11's wait_for can lose a cancel
+                await future
             return True
         except TimeoutError:
             return False
@@ -127,7 +128,8 @@ class Listener:
 
     async def wait_connected(self, timeout: float) -> bool:
         try:
-            await asyncio.wait_for(self._connected.wait(), timeout)
+            async with asyncio.timeout(timeout):  # 3.11's wait_for can lose a cancel
+                await self._connected.wait()
             return True
         except TimeoutError:
             return False

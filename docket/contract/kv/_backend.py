@@ -97,7 +97,8 @@ class _Announcer:
         with self._lock:
             self._waiters.append(entry)
         try:
-            await asyncio.wait_for(entry[1], timeout)
+            async with asyncio.timeout(timeout):  # 3.11's wait_for can lose a cancel
+                await entry[1]
             return True
         except TimeoutError:
             return False
