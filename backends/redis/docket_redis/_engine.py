@@ -27,14 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from redis.asyncio import Redis
-
 from docket.contract import Limits
 from docket.contract.clock import SampledClock
 from docket.contract.grouping import GroupCommit
 from docket.values import from_micros, to_micros, utc
 from docket_redis._codec import text
 from docket_redis._documents import KnownDocuments
+from docket_redis._listener import ChannelListener
 from docket_redis.errors import StoreError
 from docket_redis.keys import Namespace, ScopeKeys
 from docket_redis.transport import (
@@ -51,9 +50,6 @@ logger = logging.getLogger("docket_redis")
 Clock = Callable[[], datetime]
 #: One script call: its keys and its arguments.
 Call = tuple[list[str], list[str | bytes]]
-
-#: How long open() waits for the wake-up subscription to be confirmed.
-SUBSCRIBE_TIMEOUT = 10.0
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -89,8 +85,13 @@ class RedisEngine:
         self.documents = KnownDocuments()
         self.opened = False
         self._waiters: set[asyncio.Future[None]] = set()
-        self._listener: asyncio.Task[None] | None = None
-        self._subscribed: asyncio.Event | None = None
+        self._listener = ChannelListener(
+            lambda: self.transport,
+            lambda: self.ns.channel,
+            name=f"docket-redis-wake:{self.ns.prefix}",
+            on_message=lambda _data: self.wake_all(),
+            on_resubscribed=self.wake_all,  # announcements may have been missed meanwhile
+        )
         self._server_clock = SampledClock(self.read_clock, resync=clock_resync)
         # commits and run starts, each grouped apart (0 lanes: every call is sent alone)
         self.commits = self._grouping("commit", commit_lanes)
@@ -109,12 +110,7 @@ class RedisEngine:
 
     async def close(self) -> None:
         """Stop listening, let writes in flight finish, close every connection."""
-        listener, self._listener = self._listener, None
-        self._subscribed = None
-        if listener is not None:
-            listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await listener
+        await self._listener.close()
         for group in (self.commits, self.starts):
             if group is not None:
                 await group.drain()  # writes in flight get their answers first
@@ -161,7 +157,8 @@ class RedisEngine:
         future: asyncio.Future[None] = loop.create_future()
         self._waiters.add(future)
         try:
-            await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # 3.11's wait_for can lose a cancel
+                await future
             return True
         except TimeoutError:
             return False
@@ -173,48 +170,8 @@ class RedisEngine:
             _resolve(future)
 
     async def ensure_listener(self) -> None:
-        if self._listener is None or self._listener.done():
-            self._subscribed = asyncio.Event()
-            self._listener = asyncio.create_task(
-                self._listen(self._subscribed), name=f"docket-redis-wake:{self.ns.prefix}"
-            )
-        subscribed = self._subscribed
-        assert subscribed is not None
-        if not subscribed.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(subscribed.wait(), SUBSCRIBE_TIMEOUT)
-
-    async def _listen(self, subscribed: asyncio.Event) -> None:
-        """Keep one subscription to the wake channel; wake waiters on each message."""
-        delay = 0.05
-        first = True
-        while True:
-            client: Redis = self.transport.subscriber()
-            pubsub = client.pubsub()
-            try:
-                await pubsub.subscribe(self.ns.channel)
-                async for message in pubsub.listen():
-                    kind = message.get("type")
-                    if kind in ("subscribe", b"subscribe"):
-                        subscribed.set()
-                        delay = 0.05
-                        if not first:  # announcements may have been missed meanwhile
-                            self.wake_all()
-                        first = False
-                    elif kind in ("message", b"message"):
-                        self.wake_all()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                logger.debug("docket-redis: wake-up subscription lost: %r", exc)
-            finally:
-                subscribed.clear()
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-                with contextlib.suppress(Exception):
-                    await client.aclose()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        """Start the wake-up subscription; polling covers a subscription not yet there."""
+        await self._listener.ensure()
 
     # -- scripts ----------------------------------------------------------------------------
 

@@ -24,12 +24,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 import attrs
-from redis.asyncio import Redis
 
 from docket.contract.feed import FeedHub, LocalSubscription
 from docket.records import (
@@ -46,7 +43,8 @@ from docket.records import (
     tenant_id_of,
 )
 from docket.values import canonical_json_as
-from docket_redis._engine import SUBSCRIBE_TIMEOUT, RedisEngine
+from docket_redis._engine import RedisEngine
+from docket_redis._listener import SUBSCRIBE_TIMEOUT, ChannelListener
 from docket_redis.errors import RetryableStoreError
 
 logger = logging.getLogger("docket_redis")
@@ -73,8 +71,14 @@ class RedisFeed:
     def __init__(self, engine: RedisEngine, *, limit: int = 10_000) -> None:
         self._engine = engine
         self.hub = FeedHub(limit)
-        self._listener: asyncio.Task[None] | None = None
-        self._subscribed: asyncio.Event | None = None
+        self._listener = ChannelListener(
+            lambda: engine.transport,
+            lambda: engine.ns.feed,
+            name=f"docket-redis-feed:{engine.ns.prefix}",
+            on_message=self._receive,
+            # notices may have been missed meanwhile: every subscription reads again
+            on_resubscribed=lambda: self.hub.deliver(CommitNotice(tenant_id=None, run_id=None)),
+        )
 
     @property
     def channel(self) -> str:
@@ -86,7 +90,11 @@ class RedisFeed:
         Raises :class:`~docket_redis.errors.StoreError` when the subscription cannot be
         confirmed in time (Redis unreachable)."""
         require_scope(scope)
-        await self._ensure_listener()
+        if not await self._listener.ensure():
+            raise RetryableStoreError(
+                f"redis: no feed subscription on {self._engine.describe()} within "
+                f"{SUBSCRIBE_TIMEOUT:g}s"
+            )
         return self.hub.open(scope)
 
     async def publish(self, owner: OwnerScope, emission: Emission) -> None:
@@ -104,62 +112,7 @@ class RedisFeed:
 
     async def close(self) -> None:
         """Stop listening (subscriptions stay open and simply receive nothing more)."""
-        listener, self._listener = self._listener, None
-        self._subscribed = None
-        if listener is not None:
-            listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await listener
-
-    async def _ensure_listener(self) -> None:
-        if self._listener is None or self._listener.done():
-            self._subscribed = asyncio.Event()
-            self._listener = asyncio.create_task(
-                self._listen(self._subscribed), name=f"docket-redis-feed:{self.channel}"
-            )
-        subscribed = self._subscribed
-        assert subscribed is not None
-        if subscribed.is_set():
-            return
-        try:
-            await asyncio.wait_for(subscribed.wait(), SUBSCRIBE_TIMEOUT)
-        except TimeoutError:
-            raise RetryableStoreError(
-                f"redis: no feed subscription on {self._engine.describe()} within "
-                f"{SUBSCRIBE_TIMEOUT:g}s"
-            ) from None
-
-    async def _listen(self, subscribed: asyncio.Event) -> None:
-        """Keep one subscription to the feed channel; hand each message to the hub."""
-        delay = 0.05
-        first = True
-        while True:
-            client: Redis = self._engine.transport.subscriber()
-            pubsub = client.pubsub()
-            try:
-                await pubsub.subscribe(self.channel)
-                async for message in pubsub.listen():
-                    kind = message.get("type")
-                    if kind in ("subscribe", b"subscribe"):
-                        subscribed.set()
-                        delay = 0.05
-                        if not first:  # notices may have been missed meanwhile
-                            self.hub.deliver(CommitNotice(tenant_id=None, run_id=None))
-                        first = False
-                    elif kind in ("message", b"message"):
-                        self._receive(message.get("data"))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                logger.debug("docket-redis: feed subscription lost: %r", exc)
-            finally:
-                subscribed.clear()
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-                with contextlib.suppress(Exception):
-                    await client.aclose()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        await self._listener.close()
 
     def _receive(self, data: object) -> None:
         if not isinstance(data, bytes | str):

@@ -152,6 +152,22 @@ def pack(commands: Sequence[Sequence[Arg]]) -> bytes:
     return b"".join(out)
 
 
+def cancel_requests() -> int:
+    """How many times the current task was asked to stop (``Task.cancelling``)."""
+    task = asyncio.current_task()
+    return 0 if task is None else task.cancelling()
+
+
+def keep_cancel(since: int) -> None:
+    """Raise ``CancelledError`` if the task was asked to stop since ``since``
+    (:func:`cancel_requests` then). The driver can swallow a cancellation that lands in
+    one of its own waits (Python 3.11's ``wait_for`` race, e.g. while it connects), and
+    the task would run on as if never cancelled: a stream or a listener that cannot be
+    stopped. Checked once a command is over, so a cancel is never lost in here."""
+    if cancel_requests() > since:
+        raise asyncio.CancelledError
+
+
 #: How long a command waits for a pooled connection to come free before it is not sent.
 ROOM_WAIT = 10.0
 
@@ -250,13 +266,17 @@ class Transport(abc.ABC):
             await self._release(connection, owner)
 
     async def _routed(self, key: str, args: Sequence[Arg]) -> Any:
-        for attempt in range(_MOVED_RETRIES + 1):
-            try:
-                return await self._send(key, args)
-            except rx.MovedError as exc:
-                if attempt == _MOVED_RETRIES or not await self._refresh():
-                    raise reply_error(exc) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+        since = cancel_requests()
+        try:
+            for attempt in range(_MOVED_RETRIES + 1):
+                try:
+                    return await self._send(key, args)
+                except rx.MovedError as exc:
+                    if attempt == _MOVED_RETRIES or not await self._refresh():
+                        raise reply_error(exc) from exc
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            keep_cancel(since)
 
     async def command(self, key: str, *args: Arg) -> Any:
         """One command routed by ``key``; error replies raise a :class:`StoreError`."""
@@ -287,9 +307,13 @@ class Transport(abc.ABC):
             by_node.setdefault(self._node_of(keys[0]), []).append(index)
         answers: list[Any] = [None] * len(calls)
         groups = list(by_node.values())
-        done = await asyncio.gather(
-            *(self._pipelined(script, [calls[i] for i in group]) for group in groups)
-        )
+        since = cancel_requests()
+        try:
+            done = await asyncio.gather(
+                *(self._pipelined(script, [calls[i] for i in group]) for group in groups)
+            )
+        finally:
+            keep_cancel(since)
         for group, replies in zip(groups, done, strict=True):
             for index, reply in zip(group, replies, strict=True):
                 answers[index] = reply
@@ -457,6 +481,8 @@ __all__ = [
     "Script",
     "SingleTransport",
     "Transport",
+    "cancel_requests",
+    "keep_cancel",
     "load_scripts",
     "no_retry",
 ]
