@@ -186,16 +186,19 @@ async def follow_run(
     subscription: FeedSubscription | None = None
     try:
         checked_at = -1  # the cursor at the last status check
+        fresh = True  # read the store before waiting (start, reconnect, quiet feed)
         while True:
             try:
                 if feed is not None and subscription is None:
                     subscription = await feed.subscribe(owner)  # first, then read
+                    fresh = True
                 before = cursor.after
-                while True:  # page by page: a long history starts flowing at once
+                while fresh or subscription is None:  # page by page: history flows at once
                     for read in await cursor.read():
                         yield read
                     if not cursor.more:
                         break
+                fresh = False
                 if until_finished and cursor.after != checked_at:
                     # the status changes only with events: check once per cursor position
                     if await cursor.finished():
@@ -207,6 +210,8 @@ async def follow_run(
                     await polling.sleep()
                     continue
                 items = await subscription.get(times.reread)
+                # the notices say what to read; nothing for a while: read anyway
+                fresh = not items
                 async for pushed in _from_feed(items, run_id, emissions, cursor):
                     yield pushed
             except _BROKEN as exc:

@@ -307,3 +307,83 @@ def test_pruned_stretches_inside_pages_and_at_the_end_are_each_said_once() -> No
                 assert got == want, page
 
     asyncio.run(scenario())
+
+
+class CountedReads(MemoryBackend):
+    """A real memory backend that counts its event reads."""
+
+    reads = 0
+
+    async def list_events(self, owner: OwnerScope, run_id: str, query: EventListQuery) -> Any:
+        self.reads += 1
+        return await super().list_events(owner, run_id, query)
+
+
+def test_a_followed_commit_costs_one_store_read() -> None:
+    """A notice is answered by one read after the cursor, not by that read plus a second
+    one at the top of the loop (which doubled the reads of a hundred followers)."""
+    commits = 20
+
+    async def scenario() -> None:
+        backend = CountedReads()
+        async with Docket(backend, nodes=NODES) as docket:
+            ref = await docket.save_graph(story_graph())
+            run = await docket.start_run(ref, {"topic": "otters"})
+            seen: list[int] = []
+            moved = asyncio.Event()
+
+            async def follow() -> None:  # a follower that is always waiting, as in an app
+                stream = docket.stream(run.id, after_seq=run.event_seq, until_finished=False)
+                async with stream:
+                    async for item in stream:
+                        if isinstance(item, Event):
+                            seen.append(item.seq)
+                            moved.set()
+
+            follower = asyncio.create_task(follow())
+            async with asyncio.timeout(WAIT):
+                while backend.feed.subscribers == 0:
+                    await asyncio.sleep(0.01)
+                for k in range(commits):
+                    if k == 1:
+                        backend.reads = 0  # count from the second commit on
+                    await docket.send(run.id, "note", {"k": k})
+                    latest = (await docket.fetch_run(run.id)).event_seq
+                    while not seen or seen[-1] < latest:
+                        moved.clear()
+                        await moved.wait()
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+            assert len(seen) == len(set(seen))
+            assert backend.reads <= commits, f"{backend.reads} reads for {commits - 1} commits"
+
+    asyncio.run(scenario())
+
+
+def test_a_subscription_wait_keeps_a_cancel_that_lands_as_an_item_arrives() -> None:
+    """Python 3.11's ``wait_for`` returns the result, dropping the cancel, when both
+    land in one loop turn; the stream waiting in ``get`` then could not be stopped."""
+
+    async def scenario() -> None:
+        hub = FeedHub()
+        subscription = hub.open(TENANTLESS)
+        lost: list[int] = []
+        for turns in range(8):
+            waiter = asyncio.create_task(subscription.get(WAIT))
+            await asyncio.sleep(0)  # the waiter is waiting
+            hub.notice(TENANTLESS, "r1", "g", 1, 1)
+            for _ in range(turns):  # let the wake-up travel part of the way
+                await asyncio.sleep(0)
+            if waiter.done():  # it took the item before the cancel: nothing to keep
+                await subscription.get(0)
+                continue
+            waiter.cancel()  # requested while the task has not finished: it must win
+            done, _ = await asyncio.wait({waiter}, timeout=WAIT)
+            assert done
+            if not waiter.cancelled():
+                lost.append(turns)
+            await subscription.get(0)  # drain whatever arrived
+        await subscription.close()
+        assert not lost, f"cancels lost after {lost} loop turns"
+
+    asyncio.run(scenario())
