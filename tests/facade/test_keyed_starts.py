@@ -111,6 +111,8 @@ def test_refused_keyed_starts_write_nothing(store: OpenStore) -> None:
             for bad in ("", 7, None.__class__):
                 with pytest.raises(errors.InvalidOptions, match="idempotency_key"):
                     await docket.start_run(ref, idempotency_key=bad)  # type: ignore[arg-type]
+            with pytest.raises(errors.TooLarge):  # a key is a run id: at most 255 bytes
+                await docket.start_run(ref, idempotency_key="k" * 256)
             assert await _everything(docket) == before
 
     asyncio.run(scenario())
