@@ -197,6 +197,7 @@ class SyncDocket(SyncScheduleMethods, SyncHistoryMethods, SyncStreamMethods):  #
         start_at: datetime | None = None,
         deadline: datetime | None = None,
         timeout: timedelta | None = None,
+        idempotency_key: str | None = None,
     ) -> Run:
         return self._call(
             lambda: self.docket.start_run(
@@ -208,6 +209,7 @@ class SyncDocket(SyncScheduleMethods, SyncHistoryMethods, SyncStreamMethods):  #
                 start_at=start_at,
                 deadline=deadline,
                 timeout=timeout,
+                idempotency_key=idempotency_key,
             )
         )
 

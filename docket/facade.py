@@ -45,6 +45,7 @@ from docket._facade_children import (
 )
 from docket._facade_family import read_children
 from docket._facade_history import HistoryMethods
+from docket._facade_keyed import keyed_run_id, started_before
 from docket._facade_schedules import ScheduleMethods
 from docket._facade_signals import SignalMethods
 from docket._facade_spans import lifecycle
@@ -397,6 +398,7 @@ class Docket(SignalMethods, ScheduleMethods, HistoryMethods, StreamMethods):  # 
         start_at: datetime | None = None,
         deadline: datetime | None = None,
         timeout: timedelta | None = None,
+        idempotency_key: str | None = None,
     ) -> Run:
         """Start a run of ``graph`` (a reference, or a graph id meaning its latest version).
 
@@ -409,6 +411,11 @@ class Docket(SignalMethods, ScheduleMethods, HistoryMethods, StreamMethods):  # 
         node timeout above this host's maximum), ``NotFound`` (graph), ``Conflict`` (the
         run id is taken) or ``Unsupported`` (times on a backend without ``timers``)
         without writing anything.
+
+        With ``idempotency_key`` (instead of ``run_id``) the run is named after the key,
+        and starting again with a key used before in this scope returns that run instead
+        of raising ``Conflict``, for as long as retention keeps it (docs/execution.md,
+        Deduplicated starts).
         """
         owner = self._owner(tenant_id)
         self._ready()
@@ -421,6 +428,8 @@ class Docket(SignalMethods, ScheduleMethods, HistoryMethods, StreamMethods):  # 
                 details={"reasons": [f"expected a map, got {type(input).__name__}"]},
             )
         meta = durable_metadata(metadata)
+        if idempotency_key is not None:
+            run_id, meta = keyed_run_id(idempotency_key, run_id, meta)
         ref = await self._ref(owner, graph)
         rtg = await self._runtime_graph(owner, ref)
         incompatible = check_execution_policy(rtg, host_limits(self.settings))
@@ -477,6 +486,8 @@ class Docket(SignalMethods, ScheduleMethods, HistoryMethods, StreamMethods):  # 
             else:
                 eager[0].unreserve()
         if not isinstance(stored, Run):
+            if idempotency_key is not None and isinstance(stored, contract.Conflict):
+                return await started_before(self._store, owner, created.id, ref.graph_id, stored)
             raise from_contract(stored, subject=f"run {created.id!r}")
         self._deliver(moment, owner, "start")
         return stored

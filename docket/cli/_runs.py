@@ -102,6 +102,12 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     start.add_argument("graph_id", metavar="GRAPH")
     start.add_argument("--input", default=None, metavar="JSON", help="the run input, an object")
     start.add_argument("--run-id", default=None, metavar="ID", help="default: a generated id")
+    start.add_argument(
+        "--idempotency-key",
+        default=None,
+        metavar="KEY",
+        help="name the run after KEY; a key used before returns its run (not with --run-id)",
+    )
     add_time_options(start)
     start.set_defaults(run=_runs_start)
     add_send(sub, _connection_options)
@@ -341,7 +347,12 @@ def _runs_start(args: argparse.Namespace) -> int:
 
     async def go(d: Docket) -> RunInfo:
         run = await d.start_run(
-            args.graph_id, run_input, run_id=args.run_id, tenant_id=args.tenant, **timing
+            args.graph_id,
+            run_input,
+            run_id=args.run_id,
+            tenant_id=args.tenant,
+            idempotency_key=args.idempotency_key,
+            **timing,
         )
         return await d.inspect_run(run.id, tenant_id=args.tenant)
 

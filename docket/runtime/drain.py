@@ -40,7 +40,6 @@ the monotonic clock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import random
@@ -53,7 +52,6 @@ import attrs
 
 from docket.contract.capabilities import Feature
 from docket.contract.errors import (
-    ClaimLost,
     NotFound,
     Poisoned,
     Rescheduled,
@@ -94,6 +92,7 @@ from docket.runtime.emissions import EMISSION_FLUSH, EmissionPump, Emitter
 from docket.runtime.execute import execute
 from docket.runtime.failures import log_failed_attempts, poisoned_claim
 from docket.runtime.graphs import GraphCache, GraphProblem
+from docket.runtime.heartbeat import Heartbeat
 from docket.runtime.lifecycle import (
     CommitContext,
     CommitPolicy,
@@ -146,52 +145,6 @@ def host_limits(settings: Settings) -> HostLimits:
         default_timeout_ms=settings.node_timeout_ms,
         max_map_items=settings.max_map_items,
     )
-
-
-class Heartbeat:
-    """Refreshes one claim every ``interval`` seconds until stopped or the claim is lost."""
-
-    def __init__(self, backend: Backend, lease: Lease, interval: float) -> None:
-        self._backend = backend
-        self._lease = lease
-        self._interval = interval
-        self.lost = asyncio.Event()
-        self.refreshes = 0
-        self._task: asyncio.Task[None] | None = None
-        # The node work in flight, cancelled the moment the claim is lost (cheaper per
-        # superstep than a waiter task racing it).
-        self.work: asyncio.Future[object] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._beat())
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _beat(self) -> None:
-        lease = self._lease
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                answer = await self._backend.runs.refresh_claim(
-                    lease.owner, lease.run_id, lease.claim_token
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # transient: the next beat tries again
-                log.warning("refreshing the claim on %s failed: %s", lease.run_id, exc)
-                continue
-            if isinstance(answer, ClaimLost):
-                log.info("claim on run %s was lost; stopping its drain", lease.run_id)
-                self.lost.set()
-                if self.work is not None:
-                    self.work.cancel()
-                return
-            self.refreshes += 1
 
 
 class Drainer:

@@ -1,0 +1,68 @@
+"""``Heartbeat``: keeps one claim alive while its run is drained.
+
+Every ``interval`` seconds it refreshes the claim (``refresh_claim``). A refresh that
+fails for a transient reason is retried on the next beat; an answer of ``ClaimLost`` (the
+run was cancelled, or another worker took the claim over after it expired) sets ``lost``
+and cancels the node work in flight, whose results could no longer be committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from docket.contract.errors import ClaimLost
+from docket.contract.proposals import Lease
+from docket.contract.protocols import Backend
+from docket.telemetry import stamp_logger
+
+__all__ = ["Heartbeat"]
+
+log = stamp_logger(logging.getLogger("docket.worker"))
+
+
+class Heartbeat:
+    """Refreshes one claim every ``interval`` seconds until stopped or the claim is lost."""
+
+    def __init__(self, backend: Backend, lease: Lease, interval: float) -> None:
+        self._backend = backend
+        self._lease = lease
+        self._interval = interval
+        self.lost = asyncio.Event()
+        self.refreshes = 0
+        self._task: asyncio.Task[None] | None = None
+        # The node work in flight, cancelled the moment the claim is lost (cheaper per
+        # superstep than a waiter task racing it).
+        self.work: asyncio.Future[object] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            # wait, not ``await task`` under suppress(CancelledError): that would also
+            # swallow a cancellation of the caller itself
+            await asyncio.wait({task})
+
+    async def _beat(self) -> None:
+        lease = self._lease
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                answer = await self._backend.runs.refresh_claim(
+                    lease.owner, lease.run_id, lease.claim_token
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # transient: the next beat tries again
+                log.warning("refreshing the claim on %s failed: %s", lease.run_id, exc)
+                continue
+            if isinstance(answer, ClaimLost):
+                log.info("claim on run %s was lost; stopping its drain", lease.run_id)
+                self.lost.set()
+                if self.work is not None:
+                    self.work.cancel()
+                return
+            self.refreshes += 1
