@@ -192,7 +192,7 @@ def _item(node: RuntimeNode, activation: Activation) -> JSONValue:
 
 def _gate(rtg: RuntimeGraph, node: RuntimeNode) -> NodeGate | None:
     limit = node.policies.max_concurrency
-    return None if limit is None else node_gate(rtg.id, node.id, limit)
+    return None if limit is None else node_gate(rtg.id, node.public_id, limit)
 
 
 async def _bounded(gate: asyncio.Semaphore, work: Awaitable[TaskOutcome]) -> TaskOutcome:

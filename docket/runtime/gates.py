@@ -94,6 +94,12 @@ class NodeGate:
         with self._lock:
             return self._held
 
+    @property
+    def waiting(self) -> int:
+        """Attempts waiting for a place now (for tests and diagnostics)."""
+        with self._lock:
+            return len(self._waiters)
+
     async def acquire(self) -> Slot:
         """Wait for a place; cancelling the wait takes none (or hands on one just given)."""
         with self._lock:
