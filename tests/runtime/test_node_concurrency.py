@@ -197,7 +197,7 @@ def block(state: NodeState, ctx: NodeContext) -> JSONDict:
 def test_a_timed_out_sync_node_keeps_its_place_until_its_thread_returns() -> None:
     g = (
         GraphBuilder("blocking")
-        .node("only", "conc.block", timeout_ms=50, max_concurrency=1)
+        .node("only", "conc.block", timeout_ms=500, max_concurrency=1)  # ample to start
         .edge("a", START, "only")
         .edge("b", "only", FINISH)
         .build()
