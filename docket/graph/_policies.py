@@ -1,7 +1,7 @@
 """Node and graph policies as the compiler reads them (layer 2): ``node_policies`` resolves
-a node's ``timeout_ms``/``retry``; ``max_supersteps`` is the graph's superstep limit,
-capped by the host's ceiling. The validator reports what these find; lowering uses what
-they resolve to.
+a node's ``timeout_ms``/``retry``/``max_concurrency``; ``max_supersteps`` is the graph's
+superstep limit, capped by the host's ceiling. The validator reports what these find;
+lowering uses what they resolve to.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def node_policies(policies: Mapping[str, JSONValue]) -> tuple[NodePolicies, list
 
     ``timeout_ms``: a positive integer or absent/``None`` (the host default applies).
     ``retry``: absent/``None`` or ``{"max_attempts": int >= 1, "backoff_ms": int >= 0}``
-    (defaults 1 and 0). ``on_error`` is reserved. Other keys are ignored.
+    (defaults 1 and 0). ``max_concurrency``: a positive integer or absent/``None`` (no
+    limit): at most that many attempts of the node run at once in one worker process
+    (``docket.runtime.gates``). ``on_error`` is reserved. Other keys are ignored.
     """
     problems: list[tuple[str, str]] = []
     if "on_error" in policies:
@@ -44,6 +46,16 @@ def node_policies(policies: Mapping[str, JSONValue]) -> tuple[NodePolicies, list
     elif raw_timeout is not None:
         problems.append(
             ("timeout_ms", f"timeout_ms must be a positive integer, got {raw_timeout!r}")
+        )
+    raw_limit, limit = policies.get("max_concurrency"), None
+    if _positive_int(raw_limit):
+        limit = cast(int, raw_limit)
+    elif raw_limit is not None:
+        problems.append(
+            (
+                "max_concurrency",
+                f"max_concurrency must be a positive integer, got {raw_limit!r}",
+            )
         )
     retry, raw = RetryPolicy(), policies.get("retry")
     if isinstance(raw, dict):
@@ -62,7 +74,7 @@ def node_policies(policies: Mapping[str, JSONValue]) -> tuple[NodePolicies, list
         retry = RetryPolicy(**values)
     elif raw is not None:
         problems.append(("retry", f"retry must be a map of max_attempts/backoff_ms, got {raw!r}"))
-    return NodePolicies(timeout, retry), problems
+    return NodePolicies(timeout, retry, limit), problems
 
 
 def _resolve_limit(policy: JSONValue, host: int | None) -> int | None:

@@ -133,6 +133,7 @@ class GraphBuilder:
         retry: RetryPolicy | None = None,
         timeout_ms: int | None = None,
         policies: Mapping[str, JSONValue] | None = None,
+        max_concurrency: int | None = None,
         branches: Mapping[str, Sequence[str]] | None = None,
         label: str | None = None,
         description: str | None = None,
@@ -146,9 +147,9 @@ class GraphBuilder:
         and no implementation, a node running another graph as a child run (a
         :class:`ChildSpec` or its document form; see :mod:`docket.graph.children`).
 
-        ``retry`` and ``timeout_ms`` are stored as node policies; giving them in
-        ``policies`` as well is an error. ``inputs``/``fields`` declare fields inline.
-        ``map`` runs the node once per item of a list (a :class:`MapSpec` or its
+        ``retry``, ``timeout_ms`` and ``max_concurrency`` are stored as node policies;
+        giving them in ``policies`` as well is an error. ``inputs``/``fields`` declare
+        fields inline. ``map`` runs the node once per item of a list (a :class:`MapSpec` or its
         document form, ``{"over": ..., "as": ...}``; see :mod:`docket.graph.maps`).
         """
         self._fresh("node", node_id, node_id in self._graph.nodes)
@@ -160,6 +161,7 @@ class GraphBuilder:
         for key, value in (
             ("retry", None if retry is None else _retry(retry)),
             ("timeout_ms", timeout_ms),
+            ("max_concurrency", max_concurrency),
         ):
             if value is None:
                 continue

@@ -270,10 +270,12 @@ class RetryPolicy:
 
 @attrs.frozen
 class NodePolicies:
-    """Resolved node policies. ``timeout_ms=None`` leaves the attempt timeout to the host."""
+    """Resolved node policies. ``timeout_ms=None`` leaves the attempt timeout to the host;
+    ``max_concurrency=None`` puts no per-process limit on the node's attempts."""
 
     timeout_ms: int | None = None
     retry: RetryPolicy = RetryPolicy()
+    max_concurrency: int | None = None
 
 
 # -- definitions and registry -------------------------------------------------------------------

@@ -19,6 +19,10 @@ The items of a map node (``docket.graph.maps``) are activations like any other; 
 ``max_parallel`` bounds how many of its items run at once here (the rest wait their turn,
 in item order), and each item's context carries ``item_index`` and ``item``.
 
+A node's ``max_concurrency`` bounds its attempts in the whole process, across runs and
+workers (``docket.runtime.gates``): an attempt over it waits for a place before its
+timeout starts; a sync node keeps its place until its thread returns, timed out or not.
+
 Cancelling the caller cancels every in-flight async node (the tasks are awaited together).
 A sync node that times out or is cancelled cannot be stopped: Python threads cannot be
 killed, so it keeps running in its thread until it returns, and its result is dropped.
@@ -50,6 +54,7 @@ from docket.core.state import copy_dict, copy_json
 from docket.graph.compiler import RuntimeGraph, RuntimeNode
 from docket.graph.nodes import NodeContext
 from docket.runtime.emissions import Emitter
+from docket.runtime.gates import NodeGate, Slot, node_gate
 from docket.telemetry import Metadata, Telemetry, log_context, outcome_metadata
 from docket.values import JSONValue
 
@@ -91,30 +96,39 @@ async def execute_one(
     threads: Executor | None = None,
     telemetry: Telemetry | None = None,
     emitter: Emitter | None = None,
+    gate: NodeGate | None = None,
 ) -> TaskOutcome:
     """Run one attempt of ``node``; never raises for anything the node does (cancelling the
     caller still cancels it). Logs inside carry the task's context; with ``telemetry``
     listening the attempt is a ``docket.node.execute`` span. ``emitter`` sends what the
-    node's ``ctx.emit`` checked (``docket.runtime.emissions``)."""
+    node's ``ctx.emit`` checked (``docket.runtime.emissions``). With a ``gate`` (the node's
+    ``max_concurrency``) the attempt first waits for a place in it."""
     with log_context(
         run_id=activation.run_id,
         task_id=activation.task_id,
         node_id=activation.node_id,
         attempt=activation.attempt,
     ):
-        if not telemetry:
-            return await _attempt(node, activation, clock, application, threads, emitter)
-        metadata: Metadata = {
-            "run_id": activation.run_id,
-            "node_id": activation.node_id,
-            "task_id": activation.task_id,
-            "attempt": activation.attempt,
-            "step": activation.step,
-        }
-        with telemetry.span("docket.node.execute", metadata) as span:
-            outcome = await _attempt(node, activation, clock, application, threads, emitter)
-            span.set(outcome_metadata(outcome))
-        return outcome
+        slot = None if gate is None else await gate.acquire()
+        try:
+            if not telemetry:
+                return await _attempt(node, activation, clock, application, threads, emitter, slot)
+            metadata: Metadata = {
+                "run_id": activation.run_id,
+                "node_id": activation.node_id,
+                "task_id": activation.task_id,
+                "attempt": activation.attempt,
+                "step": activation.step,
+            }
+            with telemetry.span("docket.node.execute", metadata) as span:
+                outcome = await _attempt(
+                    node, activation, clock, application, threads, emitter, slot
+                )
+                span.set(outcome_metadata(outcome))
+            return outcome
+        finally:
+            if slot is not None:
+                slot.release()  # a no-op for a sync node still running: its thread releases
 
 
 async def _attempt(
@@ -124,6 +138,7 @@ async def _attempt(
     application: Mapping[str, object] | None,
     threads: Executor | None,
     emitter: Emitter | None = None,
+    slot: Slot | None = None,
 ) -> TaskOutcome:
     timeout_ms = activation.timeout_ms
     context = NodeContext(
@@ -149,7 +164,13 @@ async def _attempt(
             else:
                 loop = asyncio.get_running_loop()
                 call = functools.partial(contextvars.copy_context().run, fn, state, context)
-                value = await loop.run_in_executor(threads or node_threads(), call)
+                if slot is None:
+                    value = await loop.run_in_executor(threads or node_threads(), call)
+                else:  # the thread keeps the node's place until it returns, even timed out
+                    running = (threads or node_threads()).submit(call)
+                    slot.hold_until(running)
+                    waited = asyncio.wrap_future(running)
+                    value = await waited
             if inspect.isawaitable(value):
                 value = await value
     except TimeoutError as exc:
@@ -167,6 +188,11 @@ def _item(node: RuntimeNode, activation: Activation) -> JSONValue:
     if activation.item_index is None or node.map is None:
         return None
     return copy_json(activation.snapshot.get(node.map.item))
+
+
+def _gate(rtg: RuntimeGraph, node: RuntimeNode) -> NodeGate | None:
+    limit = node.policies.max_concurrency
+    return None if limit is None else node_gate(rtg.id, node.public_id, limit)
 
 
 async def _bounded(gate: asyncio.Semaphore, work: Awaitable[TaskOutcome]) -> TaskOutcome:
@@ -208,6 +234,7 @@ async def execute(
             threads=threads,
             telemetry=telemetry,
             emitter=emitters(activation) if emitters is not None else None,
+            gate=_gate(rtg, node),
         )
         limit = node.map.max_parallel if node.map is not None else None
         if limit is not None:
