@@ -37,7 +37,16 @@ from docket.graph.nodes import (
 )
 from docket.graph.reducers import R
 from docket.graph.schema import S
-from docket.records import Event, GraphRef, Run, RunInfo, RunStatus
+from docket.records import (
+    Event,
+    GraphRef,
+    QueueConfig,
+    QueueStatus,
+    RateLimit,
+    Run,
+    RunInfo,
+    RunStatus,
+)
 from docket.runtime.lifecycle import CommitContext
 from docket.runtime.worker import Worker, WorkerStats
 from docket.settings import Settings
@@ -61,7 +70,10 @@ __all__ = [
     "NodeContext",
     "NodeRegistry",
     "NodeState",
+    "QueueConfig",
+    "QueueStatus",
     "R",
+    "RateLimit",
     "Receive",
     "RetryPolicy",
     "Run",

@@ -46,6 +46,7 @@ from docket._facade_children import (
 from docket._facade_family import read_children
 from docket._facade_history import HistoryMethods
 from docket._facade_keyed import keyed_run_id, started_before
+from docket._facade_queues import QueueMethods
 from docket._facade_schedules import ScheduleMethods
 from docket._facade_signals import SignalMethods
 from docket._facade_spans import lifecycle
@@ -142,7 +143,9 @@ class DrainSummary:
         return len(self.outcomes)
 
 
-class Docket(SignalMethods, ScheduleMethods, HistoryMethods, StreamMethods):  # docket/_facade_*.py
+class Docket(
+    SignalMethods, ScheduleMethods, HistoryMethods, StreamMethods, QueueMethods
+):  # docket/_facade_*.py
     """A docket runtime instance: one backend, one node registry, one set of settings.
 
     ``backend`` is a URL (``"sqlite:///app.db"``, ``"memory://"``; resolved through the

@@ -13,7 +13,15 @@ from typing import TypeAlias
 
 import attrs
 
-from docket.records import CheckpointType, GraphVersionCursor, OwnerScope, Run, RunCursor, RunStatus
+from docket.records import (
+    DEFAULT_QUEUE,
+    CheckpointType,
+    GraphVersionCursor,
+    OwnerScope,
+    Run,
+    RunCursor,
+    RunStatus,
+)
 
 # -- schedules ------------------------------------------------------------------------------
 
@@ -66,6 +74,10 @@ class InitProposal:
     run: Run
     wake_at: datetime
     checkpoint_type: CheckpointType = CheckpointType.RUN_INITIALIZED
+    # Feature.QUEUES: the named queue the run waits in and its priority there (higher is
+    # claimed first). Operational state, kept beside the run, never in its document.
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -115,6 +127,8 @@ class ClaimPolicy:
     max_claim_attempts: int
     preference: ClaimClass | None = None
     now: datetime | None = None
+    # Feature.QUEUES: take only runs of these queues (None: of every queue)
+    queues: frozenset[str] | None = None
 
 
 @attrs.frozen(kw_only=True)

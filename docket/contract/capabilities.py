@@ -47,6 +47,10 @@ class Feature(StrEnum):
     # live feed: backend.feed is an EventFeed pushing commit notices (after the commit is
     # readable) and node emissions to subscribers in any process (docs/contract.md#feed)
     STREAMS = "streams"
+    # flow control: initialize keeps a run's queue and priority, claim_due honours
+    # ClaimPolicy.queues and priority order, and backend.queues is a QueueStore (queue
+    # configs and the slot ledger that enforces limits; docs/contract.md#queues)
+    QUEUES = "queues"
 
 
 @attrs.frozen(kw_only=True)

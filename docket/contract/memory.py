@@ -50,6 +50,7 @@ from docket.contract.errors import (
     TransitionResult,
 )
 from docket.contract.feed import FeedHub
+from docket.contract.memory_queues import MemoryQueues
 from docket.contract.memory_schedules import MemorySchedules
 from docket.contract.proposals import (
     AbandonPolicy,
@@ -97,6 +98,7 @@ from docket.contract.validate import (
     validate_initialize_claimed,
 )
 from docket.records import (
+    DEFAULT_QUEUE,
     CheckpointType,
     Event,
     EventPage,
@@ -107,6 +109,7 @@ from docket.records import (
     Run,
     RunInfo,
     RunPage,
+    RunStatus,
     RunSummary,
     Scope,
     event_from_json,
@@ -142,6 +145,8 @@ class _Row:
     claim_abandons: int = 0
     poisoned_at: datetime | None = None
     poison_reason: str | None = None
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
     transitions: dict[str, str] = attrs.Factory(dict)
     events: dict[int, tuple[bytes, bytes]] = attrs.Factory(dict)  # seq -> (json, content)
     event_times: dict[int, datetime] = attrs.Factory(dict)  # seq -> written at (retention)
@@ -172,6 +177,7 @@ class MemoryBackend:
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.schedules = MemorySchedules(self._clock, self._limits)
         self.feed = FeedHub()  # Feature.STREAMS: notices after each commit, emissions
+        self.queues = MemoryQueues(self._clock, self._depth)  # Feature.QUEUES
 
     # -- bundle -------------------------------------------------------------------------
 
@@ -188,6 +194,7 @@ class MemoryBackend:
                     Feature.MESSAGES,
                     Feature.SCHEDULES,
                     Feature.STREAMS,
+                    Feature.QUEUES,
                 }
             ),
             name="memory",
@@ -357,6 +364,8 @@ class MemoryBackend:
             poisoned_at=row.poisoned_at,
             poison_reason=row.poison_reason,
             latest_checkpoint_type=row.latest_checkpoint_type,
+            queue=row.queue,
+            priority=row.priority,
         )
 
     async def inspect_run(self, owner: OwnerScope, run_id: str) -> RunInfo | NotFound:
@@ -451,13 +460,15 @@ class MemoryBackend:
             for (tenant, run_id), row in self._runs.items():
                 if not self._claimable(row):
                     continue
+                if policy.queues is not None and row.queue not in policy.queues:
+                    continue
                 if row.claim_token is None:
                     if row.wake_at is not None and row.wake_at <= now:
                         ready.append((row.wake_at, run_id, tenant))
                 elif self._expired(row, now, policy.orphan_ttl):
                     assert row.claimed_at is not None
                     expired.append((row.claimed_at, run_id, tenant))
-            chosen = select_claims(ready, expired, policy.limit, policy.preference)
+            chosen = select_claims(ready, expired, policy.limit, policy.preference, self._priority)
             leases: list[Lease] = []
             poisoned: list[PoisonedClaim] = []
             for _, run_id, tenant in chosen:
@@ -475,6 +486,24 @@ class MemoryBackend:
                         )
                     )
         return ClaimBatch(tuple(leases), tuple(poisoned))
+
+    def _priority(self, candidate: tuple[datetime, str, str | None]) -> int:
+        return self._runs[(candidate[2], candidate[1])].priority
+
+    def _depth(self, queue: str) -> int:
+        """``list_queues``' depth: the queue's unclaimed running runs due now."""
+        now = self._now(None)
+        with self._lock:
+            return sum(
+                1
+                for row in self._runs.values()
+                if row.queue == queue
+                and row.run.status is RunStatus.RUNNING
+                and row.claim_token is None
+                and not row.poisoned
+                and row.wake_at is not None
+                and row.wake_at <= now
+            )
 
     def _lease(self, row: _Row, now: datetime, policy: ClaimPolicy) -> Lease:
         row.claim_token = self._new_token()
@@ -660,6 +689,8 @@ class MemoryBackend:
                 latest_checkpoint_type=proposal.checkpoint_type,
                 wake_at=utc(proposal.wake_at),
                 transitions={proposal.transition_id: valid.digest},
+                queue=valid.queue,
+                priority=valid.priority,
             )
             if valid.claim_token is not None:  # started claimed: no wake, one attempt
                 row.claim_token = valid.claim_token

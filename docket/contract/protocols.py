@@ -56,6 +56,8 @@ from docket.records import (
     GraphVersion,
     GraphVersionPage,
     OwnerScope,
+    QueueConfig,
+    QueueStatus,
     Run,
     RunInfo,
     RunPage,
@@ -446,6 +448,58 @@ class EventFeed(Protocol):
         store is unreachable."""
 
 
+@runtime_checkable
+class QueueStore(Protocol):
+    """Optional (``Feature.QUEUES``): named queues' configs and their slot ledger, as
+    ``backend.queues``. Queues are namespace-wide (not per owner scope).
+
+    The ledger enforces a queue's limits for every claimer: before claiming in a limited
+    queue (:attr:`QueueConfig.limited`), a claimer takes slots with ``acquire_slots``
+    under holder ids of its own, claims at most that many runs with
+    ``ClaimPolicy.queues = {queue}``, and gives back the slots it did not use
+    (``release_slots(..., refund=True)``). A slot is held until its claim ends
+    (``release_slots``) or its ``expires_at`` passes, which ``renew_slots`` moves forward
+    with the claim's heartbeat; an expired slot no longer counts, so a crashed claimer
+    costs capacity for one ``orphan_ttl`` at most. Every operation on one queue is atomic
+    against every other on it. The grant rule is :func:`docket.contract.queues.grant`
+    (docs/contract.md#queues)."""
+
+    async def set_queue(self, config: QueueConfig) -> QueueConfig:
+        """Create or replace a queue's config; its held slots and rate tokens are kept
+        (a lower limit lets held claims finish, and grants nothing until under it).
+        Raises ``ValueError`` for an invalid config (``queue_config_problems``), changing
+        nothing, and ``StoreError`` on store failures."""
+
+    async def fetch_queue(self, name: str) -> QueueConfig | NotFound:
+        """The stored config, ``NotFound`` for an unknown queue. ``"default"`` is always
+        found (unlimited until configured). Raises ``ValueError`` for a malformed name."""
+
+    async def list_queues(self) -> Sequence[QueueStatus]:
+        """Every configured queue (and ``"default"``), by name, with the slots held now
+        (live holders) and its depth (unclaimed running runs due now, every scope)."""
+
+    async def acquire_slots(
+        self, name: str, holders: Sequence[str], ttl: timedelta, now: datetime | None = None
+    ) -> int:
+        """How many of ``holders`` were granted, in order: the first ``n`` are recorded as
+        held until ``now + ttl`` (``now=None``: the backend's clock). ``n`` is the
+        :func:`~docket.contract.queues.grant` of the queue's config, its live slots and its
+        rate bucket (tokens are taken for each grant). An unknown queue grants nothing.
+        Raises ``ValueError`` for a malformed name, duplicate or empty holders, or a
+        negative ``ttl``, changing nothing."""
+
+    async def renew_slots(
+        self, name: str, holders: Sequence[str], ttl: timedelta, now: datetime | None = None
+    ) -> int:
+        """Move the expiry of those of ``holders`` still held to ``now + ttl``; answers how
+        many were still held (an expired or released slot is not revived)."""
+
+    async def release_slots(self, name: str, holders: Sequence[str], refund: bool = False) -> None:
+        """Free those of ``holders`` still held (unknown ones are ignored). ``refund``:
+        they were never used for a claim, so their rate tokens go back to the bucket
+        (capped at its size)."""
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -464,6 +518,7 @@ OPTIONAL_PROTOCOLS: dict[str, tuple[type, ...]] = {
 OPTIONAL_STORES: dict[str, tuple[type, str]] = {
     "schedules": (ScheduleStore, "schedules"),
     "feed": (EventFeed, "streams"),
+    "queues": (QueueStore, "queues"),
 }
 
 __all__ = [
@@ -481,6 +536,7 @@ __all__ = [
     "GraphStore",
     "Migratable",
     "Prunable",
+    "QueueStore",
     "RunStore",
     "SampledNow",
     "ScheduleStore",

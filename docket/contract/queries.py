@@ -7,7 +7,7 @@ of which due runs a ``claim_due`` call takes, for backends that select in Python
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -19,7 +19,7 @@ from docket.contract.proposals import (
     GraphListQuery,
     RunListQuery,
 )
-from docket.records import DURABLE_STATUSES, GraphVersionCursor, RunCursor
+from docket.records import DURABLE_STATUSES, GraphVersionCursor, RunCursor, queue_name_problem
 from docket.values import utc
 
 
@@ -56,6 +56,14 @@ def require_claim_policy(policy: ClaimPolicy) -> None:
         raise ValueError(f"preference must be a ClaimClass or None, got {policy.preference!r}")
     if policy.now is not None:
         _aware("now", policy.now)
+    queues = policy.queues
+    if queues is not None:
+        if not isinstance(queues, frozenset) or not queues:
+            raise ValueError(f"queues must be a non-empty frozenset or None, got {queues!r}")
+        for name in queues:
+            problem = queue_name_problem(name)
+            if problem:
+                raise ValueError(problem)
 
 
 def require_abandon_policy(policy: AbandonPolicy, now: datetime) -> None:
@@ -128,7 +136,11 @@ C = TypeVar("C", bound=tuple[datetime, str, str | None])
 
 
 def select_claims(
-    ready: Sequence[C], expired: Sequence[C], limit: int, preference: ClaimClass | None
+    ready: Sequence[C],
+    expired: Sequence[C],
+    limit: int,
+    preference: ClaimClass | None,
+    priority: Callable[[C], int] | None = None,
 ) -> list[C]:
     """Which candidates one ``claim_due`` takes; candidates are ``(eligible_at, run_id, tenant)``.
 
@@ -136,11 +148,13 @@ def select_claims(
     Ties break on ``(eligible_at, run_id, tenant)``. With a demand of one, the preferred
     class goes first and an empty class never wastes the demand; with a demand of two
     or more and both classes present, each class is guaranteed one outcome, then the
-    rest goes oldest first.
+    rest goes oldest first. ``priority`` (``Feature.QUEUES``) gives a candidate's run
+    priority: higher goes first, ahead of ``eligible_at`` (strict: see
+    docs/execution.md#priorities for starvation).
     """
 
-    def order(c: C) -> tuple[datetime, str, str]:
-        return (c[0], c[1], c[2] or "")
+    def order(c: C) -> tuple[int, datetime, str, str]:
+        return (-priority(c) if priority else 0, c[0], c[1], c[2] or "")
 
     ready_sorted = sorted(ready, key=order)
     expired_sorted = sorted(expired, key=order)

@@ -47,6 +47,7 @@ from docket.contract.proposals import (
     UnclaimedProposal,
 )
 from docket.records import (
+    DEFAULT_QUEUE,
     MAX_COUNTER,
     CheckpointType,
     Event,
@@ -57,6 +58,8 @@ from docket.records import (
     checked_event_encodings,
     event_encodings,
     format_timestamp,
+    priority_problem,
+    queue_name_problem,
     require_owner,
     run_problems,
     run_to_json,
@@ -91,6 +94,8 @@ class ValidTransition:
     claim_token: str | None = None  # set for claimed commits and claimed starts only
     schedule: Schedule | None = None  # None: initialize (which uses wake_at)
     wake_at: datetime | None = None  # initialize only
+    queue: str = DEFAULT_QUEUE  # initialize only (Feature.QUEUES)
+    priority: int = 0  # initialize only (Feature.QUEUES)
 
 
 def _invalid(*reasons: str) -> InvalidTransition:
@@ -322,6 +327,9 @@ def _validate_initialize(
         extra.append("checkpoint_type: initialize commits run_initialized")
     if not _is_aware(proposal.wake_at):
         extra.append("wake_at: must be an aware datetime")
+    extra.extend(
+        p for p in (queue_name_problem(proposal.queue), priority_problem(proposal.priority)) if p
+    )
     run = proposal.run
     if isinstance(run, Run):
         if run.status is not RunStatus.RUNNING:
@@ -336,6 +344,9 @@ def _validate_initialize(
     header: JSONValue = format_timestamp(proposal.wake_at)
     if claimed:
         header = [header, str(claim_token)]
+    if proposal.queue != DEFAULT_QUEUE or proposal.priority != 0:
+        # only then, so the digests of plain starts stay what they always were
+        header = [header, proposal.queue, proposal.priority]
     result = _finish(
         "initialize_claimed" if claimed else "initialize",
         proposal.transition_id,
@@ -349,6 +360,7 @@ def _validate_initialize(
     )
     if not isinstance(result, ValidTransition):
         return result
+    result = attrs.evolve(result, queue=proposal.queue, priority=proposal.priority)
     if seqs != list(range(1, run.event_seq + 1)):
         return _invalid(f"events: a new run publishes seqs 1..{run.event_seq} exactly, got {seqs}")
     return result

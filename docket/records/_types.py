@@ -346,6 +346,10 @@ class RunInfo:
     poisoned_at: datetime | None
     poison_reason: str | None
     latest_checkpoint_type: CheckpointType
+    # flow control (Feature.QUEUES): where the run waits for a worker, set at initialize;
+    # a backend without queues reports the defaults
+    queue: str = "default"
+    priority: int = 0
 
     @property
     def poisoned(self) -> bool:

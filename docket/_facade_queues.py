@@ -1,0 +1,138 @@
+"""The facade's named queues: :class:`QueueMethods`, mixed into :class:`~docket.Docket`.
+
+Queues are namespace-wide (not per tenant). A queue's config lives in the backend's
+queue store (``Feature.QUEUES``); the limits it sets are enforced on every claim by the
+slot ledger (:mod:`docket.contract.queues`), so a change takes effect on every worker's
+next claim, without restarting anything. docs/queues.md has the concepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from docket.contract import errors as contract
+from docket.contract.capabilities import Capabilities, Feature
+from docket.contract.protocols import Backend, QueueStore
+from docket.errors import InvalidOptions, NotFound, Unsupported
+from docket.records import (
+    DEFAULT_QUEUE,
+    QueueConfig,
+    QueueStatus,
+    RateLimit,
+    priority_problem,
+    queue_config_problems,
+    queue_name_problem,
+)
+from docket.values import JSONValue
+
+__all__ = ["UNCHANGED", "QueueMethods", "queue_store", "require_queue_options"]
+
+
+class _Unchanged:
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: ``configure_queue``'s "keep what is stored" for a field.
+UNCHANGED: Final = _Unchanged()
+
+
+def queue_store(backend: Backend, caps: Capabilities, action: str) -> QueueStore:
+    """``backend.queues``, or ``Unsupported`` when the backend does not declare queues."""
+    if Feature.QUEUES not in caps.features:
+        raise Unsupported(
+            f"cannot {action}: this backend ({caps.name or 'unnamed'}) does not declare the "
+            f"{Feature.QUEUES!s} feature named queues, priorities and limits need",
+            phase="queue",
+            details={"feature": str(Feature.QUEUES)},
+        )
+    store: QueueStore = getattr(backend, "queues")  # noqa: B009  # optional store
+    return store
+
+
+def require_queue_options(queue: object, priority: object) -> tuple[str, int]:
+    """A start's ``queue``/``priority`` (``None``: the defaults), or ``InvalidOptions``."""
+    name = DEFAULT_QUEUE if queue is None else queue
+    rank = 0 if priority is None else priority
+    problems = [p for p in (queue_name_problem(name), priority_problem(rank)) if p]
+    if problems:
+        raise InvalidOptions(
+            "; ".join(problems), phase="start", details={"reasons": list[JSONValue](problems)}
+        )
+    assert isinstance(name, str) and isinstance(rank, int)
+    return name, rank
+
+
+class QueueMethods:
+    """The queue methods of :class:`~docket.Docket`."""
+
+    if TYPE_CHECKING:
+        _store: Backend
+
+        @property
+        def capabilities(self) -> Capabilities: ...
+        def _ready(self) -> None: ...
+
+    def _queues(self, action: str) -> QueueStore:
+        self._ready()
+        return queue_store(self._store, self.capabilities, action)
+
+    async def queues(self) -> Sequence[QueueStatus]:
+        """Every configured queue (and ``"default"``) with its slots held now and depth."""
+        return await self._queues("list queues").list_queues()
+
+    async def queue(self, name: str) -> QueueConfig:
+        """A queue's config; ``NotFound`` for a queue never configured."""
+        store = self._queues("read a queue")
+        _require_name(name)
+        found = await store.fetch_queue(name)
+        if isinstance(found, contract.NotFound):
+            raise NotFound(f"no queue {name!r}", phase="queue", details={"what": "queue"})
+        return found
+
+    async def configure_queue(
+        self,
+        name: str,
+        *,
+        execution_limit: int | _Unchanged | None = UNCHANGED,
+        rate: RateLimit | _Unchanged | None = UNCHANGED,
+        paused: bool | _Unchanged = UNCHANGED,
+    ) -> QueueConfig:
+        """Create a queue or change some of its settings (the rest are kept). ``None``
+        removes a limit. Takes effect on every worker's next claim."""
+        store = self._queues("configure a queue")
+        _require_name(name)
+        found = await store.fetch_queue(name)
+        current = QueueConfig(name=name) if isinstance(found, contract.NotFound) else found
+        config = QueueConfig(
+            name=name,
+            execution_limit=current.execution_limit
+            if isinstance(execution_limit, _Unchanged)
+            else execution_limit,
+            rate=current.rate if isinstance(rate, _Unchanged) else rate,
+            paused=current.paused if isinstance(paused, _Unchanged) else paused,
+        )
+        problems = queue_config_problems(config)
+        if problems:
+            raise InvalidOptions(
+                "; ".join(problems), phase="queue", details={"reasons": list[JSONValue](problems)}
+            )
+        return await store.set_queue(config)
+
+    async def pause_queue(self, name: str) -> QueueConfig:
+        """No new claims in the queue until resumed (claimed runs finish their step)."""
+        await self.queue(name)  # an unknown queue is NotFound, not created paused
+        return await self.configure_queue(name, paused=True)
+
+    async def resume_queue(self, name: str) -> QueueConfig:
+        await self.queue(name)
+        return await self.configure_queue(name, paused=False)
+
+
+def _require_name(name: object) -> None:
+    problem = queue_name_problem(name)
+    if problem:
+        raise InvalidOptions(
+            problem, phase="queue", details={"reasons": list[JSONValue]([problem])}
+        )
