@@ -29,8 +29,10 @@ from docket_redis.testing import T0, dump, opened, with_prefix
 
 from docket.clock import ManualClock
 from docket.contract import (
+    AbandonPolicy,
     ClaimBatch,
     ClaimPolicy,
+    ClaimRefreshed,
     Feature,
     NotFound,
     ReleaseClaim,
@@ -47,6 +49,7 @@ from docket.records import (
     RunStatus,
     Tenant,
 )
+from docket.values import to_micros
 
 SEC = timedelta(seconds=1)
 TTL = timedelta(minutes=5)
@@ -201,6 +204,65 @@ def test_inspect_run_reports_queue_and_priority_and_lanes_empty_when_runs_leave(
                 info = await backend.runs.inspect_run(owner, "q")  # a commit keeps them
                 assert isinstance(info, RunInfo)
                 assert (info.queue, info.priority) == ("billing", -7)
+            finally:
+                node.close()
+
+    asyncio.run(body())
+
+
+def test_every_script_that_moves_a_run_keeps_it_in_its_lane(url: str, prefix: str) -> None:
+    """claim, refresh, release, abandon, poison, retry_poisoned: the run stays findable
+    by its queue only, and ``T:lanes`` lists its lane exactly while it holds a run."""
+    clock = ManualClock(T0)
+    ns = Namespace(prefix)
+    owner = Tenant("c}{")
+    keys = ns.scope(owner)
+    lane = "mail:eu:5"
+
+    async def body() -> None:
+        node = _client_for(url, keys.lanes)
+        async with opened(url, prefix, clock=clock) as backend:
+            runs = backend.runs
+
+            async def claim(queues: frozenset[str] | None) -> list[Any]:
+                batch = await runs.claim_due(_claim(5, clock(), queues))
+                assert isinstance(batch, ClaimBatch)
+                return list(batch.leases)
+
+            def where() -> tuple[float | None, float | None, set[bytes]]:
+                return (
+                    node.zscore(f"{keys.ready}:{lane}", "r"),
+                    node.zscore(f"{keys.claimed}:{lane}", "r"),
+                    node.smembers(keys.lanes),
+                )
+
+            try:
+                await _publish(backend, owner)
+                await _start(backend, owner, "r", wake_at=T0, queue="mail:eu", priority=5)
+                assert where() == (float(to_micros(T0)), None, {lane.encode()})
+                assert await claim(frozenset({"default", "mail"})) == []
+                (lease,) = await claim(frozenset({"mail:eu"}))
+                assert where()[:2] == (None, float(to_micros(T0)))
+                clock.advance(SEC)
+                refreshed = await runs.refresh_claim(owner, "r", lease.claim_token)
+                assert refreshed == ClaimRefreshed(T0 + SEC)
+                assert where()[1] == float(to_micros(T0 + SEC))
+                await runs.release_claim(owner, "r", lease.claim_token)
+                assert where() == (float(to_micros(T0 + SEC)), None, {lane.encode()})
+                for _ in range(2):  # abandoned once (rescheduled), then poisoned
+                    (lease,) = await claim(None)
+                    policy = AbandonPolicy(
+                        expected_checkpoint_seq=1, retry_at=clock(), max_claim_abandons=1
+                    )
+                    await runs.abandon_claim(owner, "r", lease.claim_token, policy)
+                assert where() == (None, None, set())
+                info = await runs.inspect_run(owner, "r")
+                assert isinstance(info, RunInfo) and info.poisoned
+                assert (info.queue, info.priority) == ("mail:eu", 5)
+                assert not isinstance(await runs.retry_poisoned_run(owner, "r"), NotFound)
+                assert where() == (float(to_micros(clock())), None, {lane.encode()})
+                assert await claim(frozenset({"default"})) == []
+                assert [x.run_id for x in await claim(frozenset({"mail:eu"}))] == ["r"]
             finally:
                 node.close()
 
