@@ -6,6 +6,7 @@ never exceed a limit, and a layout-4 namespace keeps its runs claimable after mi
 from __future__ import annotations
 
 import asyncio
+import random
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -31,6 +32,7 @@ from docket.clock import ManualClock
 from docket.contract import (
     AbandonPolicy,
     ClaimBatch,
+    ClaimClass,
     ClaimPolicy,
     ClaimRefreshed,
     Feature,
@@ -163,6 +165,63 @@ def test_claims_filter_by_queue_and_take_priority_order_like_the_reference(
             assert len({item for batch in first for item in batch}) == len(OWNERS) * len(RUNS)
         finally:
             await redis_backend.close()
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_claims_with_queues_and_priorities_match_the_reference(
+    url: str, prefix: str, seed: int
+) -> None:
+    """Random lanes, due times, demands, filters and class preferences; claims expire
+    and are taken again, so both classes meet across lanes and scopes."""
+    rng = random.Random(seed)
+    clock = ManualClock(T0)
+    redis_backend, memory = _both(url, prefix, clock)
+    starts = [
+        (
+            rng.choice(OWNERS),
+            f"r{i}",
+            rng.choice(["default", "default", "a", "b:c"]),
+            rng.choice([0, 0, 1, -1, 7]),
+            rng.randrange(6),
+        )
+        for i in range(40)
+    ]
+    claims = [
+        (
+            rng.choice([1, 1, 2, 3, 5]),
+            rng.choice([None, None, frozenset({"a"}), frozenset({"default", "b:c"})]),
+            rng.choice([None, ClaimClass.READY, ClaimClass.EXPIRED]),
+            rng.choice([0, 1, 2, 200]),  # seconds to advance first (200: claims expire)
+        )
+        for _ in range(40)
+    ]
+
+    async def trace(backend: Backend) -> list[list[tuple[str, str]]]:
+        for owner in OWNERS:
+            await _publish(backend, owner)
+        for owner, run_id, queue, priority, due in starts:
+            await _start(
+                backend, owner, run_id, wake_at=T0 + due * SEC, queue=queue, priority=priority
+            )
+        now = T0
+        out = []
+        for demand, queues, preference, step in claims:
+            now += step * SEC
+            policy = attrs.evolve(_claim(demand, now, queues), preference=preference)
+            out.append(await _claim_ids(backend, policy))
+        return out
+
+    async def body() -> None:
+        await redis_backend.open()
+        try:
+            got = await trace(redis_backend)
+        finally:
+            await redis_backend.close()
+        expected = await trace(memory)
+        assert got == expected
+        assert sum(map(len, expected)) > len(starts)  # some were claimed twice
 
     asyncio.run(body())
 
