@@ -182,3 +182,22 @@ def test_the_blocking_twin_and_the_cli_take_queue_and_priority(tmp_path: Path) -
     assert worker.returncode != 0 and "queue" in worker.stderr, explain(worker)
     empty = docket_cli("worker", "--app", APP, "--queues", ",", env=env)
     assert empty.returncode != 0 and "--queues" in empty.stderr, explain(empty)
+
+
+@pytest.mark.parametrize("kind", QUEUE_KINDS)
+def test_a_schedules_runs_wait_in_the_graphs_queue(kind: str) -> None:
+    async def scenario() -> None:
+        async with docket_on(kind, []) as docket:
+            await docket.configure_queue("nightly")
+            ref = await docket.save_graph(recording(0.0, policies={"queue": "nightly"}))
+            await docket.create_schedule("every", ref, cron="0 3 * * *")
+            run = await docket.trigger_schedule("every")
+            info = await docket.inspect_run(run.id)
+            assert (info.queue, info.priority) == ("nightly", 0)
+            lost = recording(0.0, graph_id="lost", policies={"queue": "gone", "priority": 1})
+            await docket.create_schedule("lost", await docket.save_graph(lost), cron="0 3 * * *")
+            with pytest.raises(errors.NotFound):
+                await docket.trigger_schedule("lost")
+            assert [r.id for r in (await docket.list_runs()).runs] == [run.id]
+
+    asyncio.run(scenario())
