@@ -357,7 +357,7 @@ def test_claim_and_list_queries_use_their_indexes(tmp_path: Path) -> None:
         for statements, index in ((_READY, "docket_runs_due"), (_EXPIRED, "docket_runs_claimed")):
             for sql, params in (
                 (statements.rows, ("default", 0, 1, 5)),
-                (statements.pair_below, ("default", 101)),
+                (statements.queue_below, ("default",)),
                 (statements.priority_below, ("default", 101)),
             ):
                 plan = _plan(conn, sql, params)
