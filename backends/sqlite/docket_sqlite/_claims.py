@@ -7,8 +7,9 @@ runs of the policy's queues. The two claim indexes (schema version 5) are keyed
 priority)`` pairs that hold rows of the class, highest priority first within a queue, and
 takes each pair's oldest eligible rows, moving to the next queue once one has ``limit``.
 Every step is one index seek: a pair without eligible rows (only later wakes, say) costs a
-seek, never a scan of its rows. With every run in "default" at priority 0 a class costs
-five seeks (the queue, its top priority, its rows, no lower priority, no further queue).
+seek, never a scan of its rows. The common case, a class whose rows all sit in one pair
+(every run in "default" at priority 0), is found by one statement of four index-edge
+lookups (the class's first and last pairs) and then reads that pair's rows directly.
 
 The union over queues is at most ``limit`` rows a queue; ``select_claims`` orders it.
 """
@@ -40,7 +41,7 @@ _Take = Callable[[str, int, int], int]
 @attrs.frozen
 class _Statements:
     span: str  # the class's first and last (queue, priority) pairs, in one statement
-    queue_span: str  # one queue's lowest and highest priority, in one statement
+    queue_span: str  # one queue's lowest and highest priority, likewise
     queue_below: str  # the greatest queue name below a bound
     priority_below: str  # a queue's greatest priority below a bound
     rows: str  # a pair's eligible rows, oldest first
@@ -50,24 +51,17 @@ def _statements(where: str, column: str, op: str) -> _Statements:
     # single-column bounds on the index's leading columns: SQLite seeks to them (the
     # min/max optimisation); a row-value bound ``(queue, priority) < (?, ?)`` scanned
     # every entry of the bound's own queue backwards, a whole backlog per step
-    def first(order: str, queue: str = "") -> str:
-        return f"(SELECT {{}} FROM docket_runs WHERE {where}{queue} ORDER BY {order} LIMIT 1)"
+    def edges(columns: str, queue: str = "") -> str:
+        # the first and the last index entry of the class (two rows, or none), each one
+        # index edge and one table lookup for the partial index's own terms
+        one = f"SELECT {columns} FROM docket_runs WHERE {where}{queue} ORDER BY queue{{}}, "
+        one += "priority{} LIMIT 1"
+        low, high = one.format("", ""), one.format(" DESC", " DESC")
+        return f"SELECT * FROM ({low}) UNION ALL SELECT * FROM ({high})"
 
-    low, high = "queue, priority", "queue DESC, priority DESC"
-    in_queue = " AND queue = ?1"
     return _Statements(
-        span="SELECT "
-        + ", ".join(
-            first(order).format(col)
-            for order, col in (
-                (low, "queue"),
-                (low, "priority"),
-                (high, "queue"),
-                (high, "priority"),
-            )
-        ),
-        queue_span="SELECT "
-        + ", ".join(first(order, in_queue).format("priority") for order in (low, high)),
+        span=edges("queue, priority"),
+        queue_span=edges("priority", " AND queue = ?1"),
         queue_below=f"SELECT max(queue) FROM docket_runs WHERE {where} AND queue < ?",
         priority_below=(
             f"SELECT max(priority) FROM docket_runs WHERE {where} AND queue = ? AND priority < ?"
@@ -122,22 +116,20 @@ def candidates(
     # the pair's rows: every run in "default" at priority 0 costs what it did before
     # schema 5 but for the span
     if queues is None:
-        first_queue, first_priority, last_queue, last_priority = conn.execute(
-            statements.span
-        ).fetchone()
-        if first_queue is None:
+        pairs = conn.execute(statements.span).fetchall()
+        if not pairs:
             return out
-        if (first_queue, first_priority) == (last_queue, last_priority):
-            take(str(first_queue), int(first_priority), limit)
+        if pairs[0] == pairs[-1]:
+            take(str(pairs[0][0]), int(pairs[0][1]), limit)
         else:
             _walk_every_queue(conn, statements, limit, take)
         return out
     for queue in sorted(queues):
-        lowest, highest = conn.execute(statements.queue_span, (queue,)).fetchone()
-        if highest is None:
+        levels = conn.execute(statements.queue_span, (queue,)).fetchall()
+        if not levels:
             continue
-        if lowest == highest:
-            take(queue, int(highest), limit)
+        if levels[0] == levels[-1]:
+            take(queue, int(levels[0][0]), limit)
         else:
             _walk_queue(conn, statements, queue, limit, take)
     return out
