@@ -8,8 +8,8 @@ priority)`` pairs that hold rows of the class, highest priority first within a q
 takes each pair's oldest eligible rows, moving to the next queue once one has ``limit``.
 Every step is one index seek: a pair without eligible rows (only later wakes, say) costs a
 seek, never a scan of its rows. The common case, a class whose rows all sit in one pair
-(every run in "default" at priority 0), is found by one statement of four index-edge
-lookups (the class's first and last pairs) and then reads that pair's rows directly.
+(every run in "default" at priority 0), is found by one statement reading the class's
+first and last index entries and then reads that pair's rows directly.
 
 The union over queues is at most ``limit`` rows a queue; ``select_claims`` orders it.
 """
@@ -112,9 +112,8 @@ def candidates(
             out.append((from_micros(int(at)), str(run_id), tenant_of(str(tenant))))
         return len(rows)
 
-    # the common case, one (queue, priority) pair in the class, is one statement and
-    # the pair's rows: every run in "default" at priority 0 costs what it did before
-    # schema 5 but for the span
+    # the common case, one (queue, priority) pair in the class: the span and the pair's
+    # rows, one statement more than before schema 5
     if queues is None:
         pairs = conn.execute(statements.span).fetchall()
         if not pairs:
