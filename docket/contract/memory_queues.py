@@ -57,6 +57,11 @@ class MemoryQueues:
             ledger = self._ledger(name, self._clock())
             return NotFound("queue") if ledger is None else ledger.config
 
+    async def queue_configs(self) -> Sequence[QueueConfig]:
+        with self._lock:
+            self._ledger(DEFAULT_QUEUE, self._clock())
+            return [ledger.config for _, ledger in sorted(self._ledgers.items())]
+
     async def list_queues(self) -> Sequence[QueueStatus]:
         now = self._clock()
         with self._lock:

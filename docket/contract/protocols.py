@@ -474,6 +474,10 @@ class QueueStore(Protocol):
         """The stored config, ``NotFound`` for an unknown queue. ``"default"`` is always
         found (unlimited until configured). Raises ``ValueError`` for a malformed name."""
 
+    async def queue_configs(self) -> Sequence[QueueConfig]:
+        """Every configured queue's config (and ``"default"``), by name, and nothing else:
+        the cheap read a claimer repeats every second to see limit changes."""
+
     async def list_queues(self) -> Sequence[QueueStatus]:
         """Every configured queue (and ``"default"``), by name, with the slots held now
         (live holders) and its depth (unclaimed running runs due now, every scope)."""

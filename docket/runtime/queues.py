@@ -4,7 +4,7 @@ A backend enforces a queue's limits through its slot ledger
 (:mod:`docket.contract.queues`); this module is how every claimer of this process uses it
 (the worker, ``Docket.drain_due``, eager starts of runs and of children):
 
-* :class:`QueueView` — the queue configs, read with ``list_queues`` at most every
+* :class:`QueueView` — the queue configs, read with ``queue_configs`` at most every
   ``Settings.queue_refresh`` seconds (a limit change takes effect within that);
 * :class:`SlotBook` — which slot (queue, holder id) each claim holds, by claim token. The
   drain that ends a claim releases its slot (``release_slots``), its heartbeat renews it;
@@ -129,8 +129,8 @@ class QueueView:
             return self._configs
 
     async def _read(self, store: QueueStore) -> dict[str, QueueConfig]:
-        statuses = await store.list_queues()
-        self._configs = {status.config.name: status.config for status in statuses}
+        configs = await store.queue_configs()  # configs only: no depth counting
+        self._configs = {config.name: config for config in configs}
         self._read_at = self._clock()
         return self._configs
 

@@ -68,7 +68,7 @@ def test_without_a_limited_queue_a_round_is_one_claim_due() -> None:
             assert isinstance(first, ClaimBatch) and len(first.leases) == 2
             for _ in range(4):
                 await claimer.claim(POLICY)
-            assert counted.calls == Counter({"claim_due": 5, "list_queues": 1})
+            assert counted.calls == Counter({"claim_due": 5, "queue_configs": 1})
             assert all(p == POLICY for p in counted.policies)  # every queue: queues=None
 
     asyncio.run(scenario())
@@ -88,7 +88,7 @@ def test_a_limited_queue_takes_slots_claims_in_it_and_refunds_the_rest() -> None
             batch = await claimer.claim(POLICY)
             assert isinstance(batch, ClaimBatch) and len(batch.leases) == 2
             assert counted.calls == Counter(
-                {"list_queues": 1, "acquire_slots": 1, "claim_due": 2, "release_slots": 1}
+                {"queue_configs": 1, "acquire_slots": 1, "claim_due": 2, "release_slots": 1}
             )
             tight, rest = counted.policies
             assert isinstance(tight, ClaimPolicy) and isinstance(rest, ClaimPolicy)

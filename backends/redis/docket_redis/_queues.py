@@ -69,6 +69,16 @@ class RedisQueues:
             return default_config() if name == DEFAULT_QUEUE else NotFound("queue")
         return _decode(name, raw)
 
+    async def queue_configs(self) -> Sequence[QueueConfig]:
+        keys = self._keys
+        now = self._engine.now_arg(None)
+        reply = await self._engine.eval("queue_list", [keys.configs], [now, keys.holders_head])
+        configs = [
+            default_config() if item[1] is None else _decode(text(item[0]), item[1])
+            for item in reply
+        ]
+        return sorted(configs, key=lambda config: config.name)
+
     async def list_queues(self) -> Sequence[QueueStatus]:
         engine = self._engine
         now = engine.now_arg(None)

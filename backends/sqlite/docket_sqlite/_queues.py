@@ -140,6 +140,15 @@ class SQLiteQueueStore:
 
         return await self._engine.read(job)
 
+    async def queue_configs(self) -> Sequence[QueueConfig]:
+        def job(conn: sqlite3.Connection) -> list[QueueConfig]:
+            rows = conn.execute("SELECT name, config FROM docket_queues").fetchall()
+            configs = {str(name): _config(str(name), data) for name, data in rows}
+            configs.setdefault(DEFAULT_QUEUE, default_config())
+            return [config for _, config in sorted(configs.items())]
+
+        return await self._engine.read(job)
+
     async def list_queues(self) -> Sequence[QueueStatus]:
         engine = self._engine
 
