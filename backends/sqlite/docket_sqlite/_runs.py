@@ -3,7 +3,7 @@
 Reads each see one snapshot. Every claim operation is one write transaction
 (``Engine.write``), so the choice it makes cannot interleave with another process's:
 ``claim_due`` picks with the shared ``select_claims`` over candidates read from the
-partial indexes (:data:`READY_SQL`, :data:`EXPIRED_SQL`); refresh, release and abandon
+partial indexes by queue and priority (``_claims.py``); refresh, release and abandon
 are fenced on the claim token; a run out of claim attempts or abandons is poisoned
 until ``retry_poisoned_run``.
 """
@@ -58,6 +58,7 @@ from docket.records import (
     run_from_json,
 )
 from docket.values import from_micros, to_micros
+from docket_sqlite._claims import EXPIRED, READY, Found, candidates
 from docket_sqlite._engine import Engine
 from docket_sqlite._rows import (
     optional_time,
@@ -76,22 +77,7 @@ _SUMMARY_COLUMNS = (
 )
 _INFO_COLUMNS = (
     "tenant, run_json, run_parts, wake_at_us, claimed_at_us, claim_attempts, claim_abandons, "
-    "poisoned_at_us, poison_reason, latest_checkpoint_type"
-)
-#: Due, unclaimed runs, oldest wake first (served by a partial index). A waiting run is
-#: due only with a wake (a deadline, a message timeout: Feature.TIMERS); waiting for a
-#: person or a message without one (External), its wake is NULL and never matches.
-READY_SQL = (
-    "SELECT wake_at_us, run_id, tenant, claim_attempts FROM docket_runs "
-    "WHERE status IN ('running', 'waiting') AND poisoned_at_us IS NULL AND claim_token IS NULL "
-    "AND wake_at_us <= ? ORDER BY wake_at_us, run_id, tenant LIMIT ?"
-)
-#: Claimed runs whose claim expired, oldest claim first (served by a partial index).
-EXPIRED_SQL = (
-    "SELECT claimed_at_us, run_id, tenant, claim_attempts FROM docket_runs "
-    "WHERE status IN ('running', 'waiting') AND poisoned_at_us IS NULL "
-    "AND claim_token IS NOT NULL "
-    "AND claimed_at_us < ? ORDER BY claimed_at_us, run_id, tenant LIMIT ?"
+    "poisoned_at_us, poison_reason, latest_checkpoint_type, queue, priority"
 )
 
 
@@ -131,7 +117,8 @@ class SQLiteRunStore:
         row = await self._engine.read(job)
         if row is None:
             return NotFound()
-        tenant, data, wake, claimed, attempts, abandons, poisoned, reason, checkpoint = row
+        tenant, data, wake, claimed, attempts, abandons, poisoned, reason, checkpoint = row[:9]
+        queue, priority = row[9:]
         return RunInfo(
             run=run_from_json(bytes(data)),
             tenant_id=tenant_of(str(tenant)),
@@ -142,6 +129,8 @@ class SQLiteRunStore:
             poisoned_at=optional_time(poisoned),
             poison_reason=None if reason is None else str(reason),
             latest_checkpoint_type=CheckpointType(str(checkpoint)),
+            queue=str(queue),
+            priority=int(priority),
         )
 
     async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage:
@@ -165,18 +154,14 @@ class SQLiteRunStore:
             now_us = engine.now_us(policy.now)
             now = from_micros(now_us)
             cutoff = max(now_us - policy.orphan_ttl // timedelta(microseconds=1), _INT64_MIN)
-            attempts: dict[tuple[str, str], int] = {}
-
-            def candidates(sql: str, bound: int) -> list[tuple[datetime, str, str | None]]:
-                found: list[tuple[datetime, str, str | None]] = []
-                for at, run_id, tenant, tries in conn.execute(sql, (bound, policy.limit)):
-                    attempts[(str(tenant), str(run_id))] = int(tries)
-                    found.append((from_micros(int(at)), str(run_id), tenant_of(str(tenant))))
-                return found
-
-            ready = candidates(READY_SQL, now_us)
-            expired = candidates(EXPIRED_SQL, cutoff)
-            chosen = select_claims(ready, expired, policy.limit, policy.preference)
+            found = Found()
+            limit, queues = policy.limit, policy.queues
+            ready = candidates(conn, READY, now_us, limit, queues, found)
+            expired = candidates(conn, EXPIRED, cutoff, limit, queues, found)
+            chosen = select_claims(
+                ready, expired, limit, policy.preference, priority=found.priority_of
+            )
+            attempts = found.attempts
             leases: list[Lease] = []
             poisoned: list[PoisonedClaim] = []
             for _, run_id, tenant in chosen:
@@ -392,4 +377,4 @@ def _poison(conn: sqlite3.Connection, key: str, run_id: str, now_us: int, reason
     )
 
 
-__all__ = ["EXPIRED_SQL", "READY_SQL", "SQLiteRunStore", "list_runs_sql"]
+__all__ = ["SQLiteRunStore", "list_runs_sql"]

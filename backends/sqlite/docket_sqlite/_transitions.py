@@ -110,8 +110,8 @@ class SQLiteTransitionStore(ValidatedTransitions):
                 "INSERT INTO docket_runs (tenant, run_id, graph_id, graph_hash, status, step, "
                 "checkpoint_seq, event_seq, started_at_us, updated_at_us, finished_at_us, "
                 "run_json, run_parts, latest_checkpoint_type, wake_at_us, claim_token, "
-                "claimed_at_us, claim_attempts, ended_at_us) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "claimed_at_us, claim_attempts, ended_at_us, queue, priority) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     key,
                     run.id,
@@ -132,6 +132,8 @@ class SQLiteTransitionStore(ValidatedTransitions):
                     claimed_us,
                     attempts,
                     now_us if run.status.terminal else None,
+                    valid.queue,  # Feature.QUEUES: operational, beside the document
+                    valid.priority,
                 ),
             )
             store_pieces(conn, key, run.id, pieces, 0)

@@ -16,6 +16,8 @@ Where the rest lives:
   ``_schedules.py`` for the optional ``schedules`` store;
 * ``_feed.py``, ``_live.py`` — the live feed (``backend.feed``, ``Feature.STREAMS``);
 * ``_retention.py`` — ``prune`` (``Feature.PRUNE``);
+* ``_queues.py``, ``_claims.py`` — named queues' ledger (``Feature.QUEUES``) and the
+  claim's candidate reads by queue and priority;
 * ``schema.py`` — the DDL, connection settings and migrations.
 
 Other processes on the same file learn about new work by polling (see the docs).
@@ -40,6 +42,7 @@ from docket_sqlite._events import SQLiteEventStore
 from docket_sqlite._feed import DEFAULT_FEED_POLL
 from docket_sqlite._graphs import SQLiteGraphStore
 from docket_sqlite._live import SQLiteFeed
+from docket_sqlite._queues import SQLiteQueueStore
 from docket_sqlite._retention import prune as prune_file
 from docket_sqlite._runs import SQLiteRunStore
 from docket_sqlite._schedules import SQLiteScheduleStore
@@ -129,6 +132,7 @@ class SQLiteBackend:
         self._transitions = SQLiteTransitionStore(engine)
         self._schedules = SQLiteScheduleStore(engine)
         self._feed = SQLiteFeed(engine)
+        self._queues = SQLiteQueueStore(engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> SQLiteBackend:
@@ -160,6 +164,8 @@ class SQLiteBackend:
             Feature.PRUNE,
             # in-process fan-out after each commit, a data_version poller across processes
             Feature.STREAMS,
+            # schema version 5: runs keep queue and priority, queues and slots have tables
+            Feature.QUEUES,
         }
         if not self._engine.target.memory:
             features.add(Feature.DURABLE)
@@ -192,6 +198,12 @@ class SQLiteBackend:
     def feed(self) -> SQLiteFeed:
         """The live feed (``Feature.STREAMS``): a ``docket.contract.EventFeed``."""
         return self._feed
+
+    @property
+    def queues(self) -> SQLiteQueueStore:
+        """Named queues and their slot ledger (``Feature.QUEUES``): a
+        ``docket.contract.QueueStore``."""
+        return self._queues
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -18,6 +18,10 @@ Conventions of the schema:
   (``written_at_us``, the backend's clock) and each finished run the time it finished
   (``ended_at_us``), both indexed for ``prune``; node emissions bound for other
   processes pass through the small, trimmed ``docket_emissions`` table (see ``_feed.py``).
+* Named queues (version 5): each run carries the ``queue`` it waits in and its
+  ``priority`` there, set when it starts and never changed; the claim indexes lead with
+  them. ``docket_queues`` holds each configured queue's config (``queue_config_to_json``)
+  and rate bucket, ``docket_queue_slots`` its held slots (see ``_queues.py``).
 * CHECK constraints state the operational-tuple invariants, so the file itself refuses
   an impossible row, whoever writes it; triggers make run identity, events and
   recorded transitions immutable.
@@ -47,7 +51,7 @@ from docket_sqlite.errors import (
 )
 from docket_sqlite.url import Target, parse_url
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 MIN_SQLITE_VERSION: Final = (3, 37, 0)  # STRICT tables (3.37), RETURNING (3.35)
 SYNCHRONOUS_MODES: Final = ("FULL", "NORMAL")
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
@@ -334,6 +338,49 @@ _V4: Final[tuple[str, ...]] = (
     "CREATE INDEX docket_emissions_by_age ON docket_emissions (written_at_us)",
 )
 
+# Version 5 (named queues, Feature.QUEUES). Runs gain their queue and priority (existing
+# rows: "default", 0), immutable like their identity. The two claim indexes are rebuilt
+# to lead with (queue, priority): a claim walks the (queue, priority) pairs that have
+# candidates, highest priority first, and reads each pair's oldest due rows, so neither a
+# queue filter nor priority order scans rows it does not take (see ``_claims.py``).
+# ``docket_queues`` is one row per configured queue ("default" is inserted on first
+# use): the config JSON and the rate bucket (``tokens`` at ``refilled_at_us``);
+# ``docket_queue_slots`` the slots held, each until ``expires_at_us`` (inclusive).
+_V5: Final[tuple[str, ...]] = (
+    """ALTER TABLE docket_runs ADD COLUMN queue TEXT NOT NULL DEFAULT 'default'
+    CONSTRAINT queue_check CHECK (queue <> '')""",
+    """ALTER TABLE docket_runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0
+    CONSTRAINT priority_check CHECK (priority BETWEEN -100 AND 100)""",
+    """CREATE TRIGGER docket_runs_queue_is_immutable
+BEFORE UPDATE OF queue, priority ON docket_runs
+WHEN OLD.queue IS NOT NEW.queue OR OLD.priority IS NOT NEW.priority
+BEGIN
+    SELECT RAISE(ABORT, 'docket: a run''s queue and priority never change');
+END""",
+    "DROP INDEX docket_runs_due",
+    "DROP INDEX docket_runs_claimed",
+    # Due runs by queue, priority, then oldest wake first: a ready claim.
+    f"""CREATE INDEX docket_runs_due
+    ON docket_runs (queue, priority, wake_at_us, run_id, tenant)
+    WHERE status IN {_ACTIVE} AND poisoned_at_us IS NULL AND claim_token IS NULL""",
+    # Claimed runs by queue, priority, then oldest claim first: an expired claim.
+    f"""CREATE INDEX docket_runs_claimed
+    ON docket_runs (queue, priority, claimed_at_us, run_id, tenant)
+    WHERE status IN {_ACTIVE} AND poisoned_at_us IS NULL AND claim_token IS NOT NULL""",
+    """CREATE TABLE docket_queues (
+    name           TEXT    NOT NULL PRIMARY KEY CHECK (name <> ''),
+    config         BLOB    NOT NULL,
+    tokens         REAL    NOT NULL,
+    refilled_at_us INTEGER NOT NULL
+) STRICT, WITHOUT ROWID""",
+    """CREATE TABLE docket_queue_slots (
+    queue         TEXT    NOT NULL REFERENCES docket_queues (name),
+    holder        TEXT    NOT NULL CHECK (holder <> ''),
+    expires_at_us INTEGER NOT NULL,
+    PRIMARY KEY (queue, holder)
+) STRICT, WITHOUT ROWID""",
+)
+
 #: Ordered migrations: ``(version, statements)``; applying version N's statements to a
 #: file at version N-1 yields version N. Version 0 is "no docket tables yet".
 MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
@@ -341,6 +388,7 @@ MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
     (2, _V2),
     (3, _V3),
     (4, _V4),
+    (5, _V5),
 )
 
 #: Tables a file at :data:`SCHEMA_VERSION` must have (the shape check on open).
@@ -354,6 +402,8 @@ REQUIRED_TABLES: Final = frozenset(
         "docket_transitions",
         "docket_schedules",
         "docket_emissions",
+        "docket_queues",
+        "docket_queue_slots",
     }
 )
 

@@ -24,8 +24,8 @@ from docket_sqlite import (
     migrate,
     schema_sql,
 )
-from docket_sqlite._runs import EXPIRED_SQL as _EXPIRED_SQL
-from docket_sqlite._runs import READY_SQL as _READY_SQL
+from docket_sqlite._claims import EXPIRED as _EXPIRED
+from docket_sqlite._claims import READY as _READY
 from docket_sqlite._runs import list_runs_sql
 
 from docket.clock import ManualClock
@@ -353,10 +353,16 @@ def test_claim_and_list_queries_use_their_indexes(tmp_path: Path) -> None:
     conn = _raw(path)
     try:
         conn.execute("ANALYZE")
-        ready = _plan(conn, _READY_SQL, (1, 5))
-        assert "USING INDEX docket_runs_due" in ready and "TEMP B-TREE" not in ready
-        expired = _plan(conn, _EXPIRED_SQL, (1, 5))
-        assert "USING INDEX docket_runs_claimed" in expired and "TEMP B-TREE" not in expired
+        # schema 5: a claim reads each class by (queue, priority) pair, one seek a step
+        for statements, index in ((_READY, "docket_runs_due"), (_EXPIRED, "docket_runs_claimed")):
+            for sql, params in (
+                (statements.rows, ("default", 0, 1, 5)),
+                (statements.pair_below, ("default", 101)),
+                (statements.priority_below, ("default", 101)),
+            ):
+                plan = _plan(conn, sql, params)
+                assert f"INDEX {index}" in plan and "TEMP B-TREE" not in plan, plan
+                assert "SCAN" not in plan, plan
         cursor = RunCursor(T0, "run-9")
         cases: dict[str, tuple[Scope, RunListQuery]] = {
             "docket_runs_by_owner": (Tenant("a"), RunListQuery(limit=10)),

@@ -1,0 +1,216 @@
+"""Named queues (``SQLiteBackend.queues``, ``Feature.QUEUES``; schema version 5).
+
+The rules are the contract's, one implementation for every backend
+(:class:`docket.contract.queues.SlotLedger`); this module only stores them, as
+``docket.contract.memory_queues`` (the reference) keeps them in dicts. Each operation on
+a queue's ledger is one ``BEGIN IMMEDIATE`` write (``Engine.write``): it loads the
+queue's ``docket_queues`` row and its ``docket_queue_slots``, applies the ledger's
+operation and writes back what changed, so it cannot interleave with another process's
+operation on the same file (the write lock is taken before the read). "default" exists
+without a row: reads answer its default config, and the first write inserts the row.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from docket.contract.errors import NotFound
+from docket.contract.queues import (
+    SlotLedger,
+    default_config,
+    require_queue_config,
+    require_queue_name,
+    require_slot_request,
+)
+from docket.records import (
+    DEFAULT_QUEUE,
+    QueueConfig,
+    QueueStatus,
+    queue_config_from_json,
+    queue_config_to_json,
+)
+from docket.values import from_micros, to_micros
+from docket_sqlite._engine import Engine
+from docket_sqlite._threads import Done
+from docket_sqlite.errors import PermanentStoreError
+
+#: ``list_queues``' depth: unclaimed, unpoisoned running runs due now, by queue. Repeats
+#: the ``docket_runs_due`` index's condition so SQLite reads that index in queue order.
+DEPTH_SQL = (
+    "SELECT queue, count(*) FROM docket_runs "
+    "WHERE status IN ('running', 'waiting') AND poisoned_at_us IS NULL AND claim_token IS NULL "
+    "AND status = 'running' AND wake_at_us <= ? GROUP BY queue"
+)
+
+
+def _config(name: str, data: bytes) -> QueueConfig:
+    try:
+        config = queue_config_from_json(bytes(data))
+    except (TypeError, ValueError) as exc:
+        raise PermanentStoreError(f"queue {name!r}: stored config is unreadable: {exc}") from exc
+    if config.name != name:
+        raise PermanentStoreError(f"queue {name!r}: stored config names {config.name!r}")
+    return config
+
+
+def _load(
+    conn: sqlite3.Connection, name: str, now: datetime
+) -> tuple[SlotLedger | None, dict[str, int]]:
+    """The queue's ledger as stored (``None``: unknown; "default" without a row starts
+    afresh) and its slots as stored (holder -> ``expires_at_us``), for :func:`_save`."""
+    row = conn.execute(
+        "SELECT config, tokens, refilled_at_us FROM docket_queues WHERE name = ?", (name,)
+    ).fetchone()
+    if row is None:
+        fresh = SlotLedger.new(default_config(), now) if name == DEFAULT_QUEUE else None
+        return fresh, {}
+    stored = {
+        str(holder): int(expires)
+        for holder, expires in conn.execute(
+            "SELECT holder, expires_at_us FROM docket_queue_slots WHERE queue = ?", (name,)
+        )
+    }
+    ledger = SlotLedger(
+        config=_config(name, row[0]),
+        holders={holder: from_micros(at) for holder, at in stored.items()},
+        tokens=float(row[1]),
+        refilled_at=from_micros(int(row[2])),
+    )
+    return ledger, stored
+
+
+def _save(
+    conn: sqlite3.Connection, ledger: SlotLedger, before: dict[str, int], now: datetime
+) -> None:
+    """Write ``ledger`` back: its row (inserted if new) and the slots that changed."""
+    name = ledger.config.name
+    refilled = ledger.refilled_at if ledger.refilled_at is not None else now
+    conn.execute(
+        "INSERT INTO docket_queues (name, config, tokens, refilled_at_us) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET config = excluded.config, tokens = excluded.tokens, "
+        "refilled_at_us = excluded.refilled_at_us",
+        (name, queue_config_to_json(ledger.config), ledger.tokens, to_micros(refilled)),
+    )
+    after = {holder: to_micros(at) for holder, at in ledger.holders.items()}
+    gone = [(name, holder) for holder in before if holder not in after]
+    if gone:
+        conn.executemany("DELETE FROM docket_queue_slots WHERE queue = ? AND holder = ?", gone)
+    changed = [(name, h, at) for h, at in after.items() if before.get(h) != at]
+    if changed:
+        conn.executemany(
+            "INSERT INTO docket_queue_slots (queue, holder, expires_at_us) VALUES (?, ?, ?) "
+            "ON CONFLICT (queue, holder) DO UPDATE SET expires_at_us = excluded.expires_at_us",
+            changed,
+        )
+
+
+class SQLiteQueueStore:
+    """Queue configs and the slot ledger in two tables (``SQLiteBackend.queues``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    async def set_queue(self, config: QueueConfig) -> QueueConfig:
+        require_queue_config(config)
+        engine = self._engine
+
+        def job(conn: sqlite3.Connection) -> Done[QueueConfig]:
+            now = engine.now(None)
+            ledger, before = _load(conn, config.name, now)
+            if ledger is None:
+                ledger = SlotLedger.new(config, now)
+            else:
+                ledger.reconfigure(config, now)
+            _save(conn, ledger, before, now)
+            return Done(config)
+
+        return await engine.write(job)
+
+    async def fetch_queue(self, name: str) -> QueueConfig | NotFound:
+        require_queue_name(name)
+
+        def job(conn: sqlite3.Connection) -> QueueConfig | NotFound:
+            sql = "SELECT config FROM docket_queues WHERE name = ?"
+            row = conn.execute(sql, (name,)).fetchone()
+            if row is None:
+                return default_config() if name == DEFAULT_QUEUE else NotFound("queue")
+            return _config(name, row[0])
+
+        return await self._engine.read(job)
+
+    async def list_queues(self) -> Sequence[QueueStatus]:
+        engine = self._engine
+
+        def job(conn: sqlite3.Connection) -> list[QueueStatus]:
+            now_us = engine.now_us(None)
+            rows = conn.execute(
+                "SELECT q.name, q.config, (SELECT count(*) FROM docket_queue_slots s "
+                "WHERE s.queue = q.name AND s.expires_at_us >= ?) FROM docket_queues q",
+                (now_us,),
+            ).fetchall()
+            held = {str(name): (_config(str(name), data), int(n)) for name, data, n in rows}
+            held.setdefault(DEFAULT_QUEUE, (default_config(), 0))
+            depth = {str(q): int(n) for q, n in conn.execute(DEPTH_SQL, (now_us,))}
+            return [
+                QueueStatus(config=config, running=running, depth=depth.get(name, 0))
+                for name, (config, running) in sorted(held.items())
+            ]
+
+        return await engine.read(job)
+
+    async def acquire_slots(
+        self, name: str, holders: Sequence[str], ttl: timedelta, now: datetime | None = None
+    ) -> int:
+        require_slot_request(name, holders, ttl)
+        if not holders:
+            raise ValueError("holders: acquire at least one slot")
+        at = self._engine.now(now)
+        wanted = list(holders)
+
+        def job(conn: sqlite3.Connection) -> Done[int]:
+            ledger, before = _load(conn, name, at)
+            if ledger is None:
+                return Done(0, commit=False)
+            granted = ledger.acquire(wanted, ttl, at)
+            _save(conn, ledger, before, at)
+            return Done(granted)
+
+        return await self._engine.write(job)
+
+    async def renew_slots(
+        self, name: str, holders: Sequence[str], ttl: timedelta, now: datetime | None = None
+    ) -> int:
+        require_slot_request(name, holders, ttl)
+        at = self._engine.now(now)
+        wanted = list(holders)
+
+        def job(conn: sqlite3.Connection) -> Done[int]:
+            ledger, before = _load(conn, name, at)
+            if ledger is None or not before:  # nothing held: nothing to renew
+                return Done(0, commit=False)
+            renewed = ledger.renew(wanted, ttl, at)
+            _save(conn, ledger, before, at)
+            return Done(renewed)
+
+        return await self._engine.write(job)
+
+    async def release_slots(self, name: str, holders: Sequence[str], refund: bool = False) -> None:
+        require_slot_request(name, holders, timedelta(0))
+        engine = self._engine
+        wanted = list(holders)
+
+        def job(conn: sqlite3.Connection) -> Done[None]:
+            now = engine.now(None)
+            ledger, before = _load(conn, name, now)
+            if ledger is None or not before:  # nothing held: nothing to free or refund
+                return Done(None, commit=False)
+            ledger.release(wanted, bool(refund), now)
+            _save(conn, ledger, before, now)
+            return Done(None)
+
+        return await engine.write(job)
+
+
+__all__ = ["DEPTH_SQL", "SQLiteQueueStore"]
