@@ -15,7 +15,6 @@ import pytest
 from starlette.testclient import TestClient
 
 from docket import Docket
-from docket.contract.capabilities import Feature
 from docket.contract.memory import MemoryBackend
 from docket.contract.protocols import Backend
 from docket.records import QueueStatus
@@ -23,24 +22,7 @@ from docket.ui import create_app
 from tests.cli import queues_app
 
 
-def _sqlite_has_queues(tmp: Path) -> bool:
-    async def probe() -> bool:
-        async with Docket(f"sqlite:///{tmp}") as docket:
-            return Feature.QUEUES in docket.capabilities.features
-
-    return asyncio.run(probe())
-
-
-def _backends() -> list[str]:
-    # SQLite is held to this page once its backend declares queues (branch qsqlite)
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as scratch:
-        has = _sqlite_has_queues(Path(scratch) / "probe.db")
-    return ["memory", "sqlite"] if has else ["memory"]
-
-
-@pytest.fixture(params=_backends())
+@pytest.fixture(params=["memory", "sqlite"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend | str]:
     if request.param == "memory":
         yield MemoryBackend()
