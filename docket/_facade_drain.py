@@ -15,6 +15,7 @@ from docket.contract.proposals import ClaimBatch, ClaimPolicy, PoisonedClaim
 from docket.contract.protocols import Backend
 from docket.errors import InvalidOptions, from_contract
 from docket.runtime.drain import Drainer, DrainOutcome
+from docket.runtime.queues import QueueClaimer
 from docket.runtime.worker import claim_span, end_claim_span, report_poisoned
 from docket.settings import Settings
 from docket.telemetry import Telemetry
@@ -31,6 +32,7 @@ async def drain_due(
         raise InvalidOptions(f"max_runs must be a positive integer, got {max_runs!r}")
     outcomes: list[DrainOutcome] = []
     poisoned: list[PoisonedClaim] = []
+    claimer = QueueClaimer(store, drainer.queues)  # every queue, within their limits
     while len(outcomes) < max_runs:
         policy = ClaimPolicy(
             limit=1,
@@ -39,7 +41,7 @@ async def drain_due(
         )
         span = claim_span(telemetry, "drain_due")
         try:
-            batch = await store.runs.claim_due(policy)
+            batch = await claimer.claim(policy)
         except BaseException as exc:
             span.fail(exc)
             raise

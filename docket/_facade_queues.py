@@ -9,12 +9,15 @@ next claim, without restarting anything. docs/queues.md has the concepts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from datetime import timedelta
+from typing import TYPE_CHECKING, Final, Literal
 
 from docket.contract import errors as contract
 from docket.contract.capabilities import Capabilities, Feature
 from docket.contract.protocols import Backend, QueueStore
 from docket.errors import InvalidOptions, NotFound, Unsupported
+from docket.graph.compiler import RuntimeGraph, queue_policies
+from docket.graph.model import Graph
 from docket.records import (
     DEFAULT_QUEUE,
     QueueConfig,
@@ -24,9 +27,19 @@ from docket.records import (
     queue_config_problems,
     queue_name_problem,
 )
+from docket.runtime.queues import QueueRuntime, run_queue, uses_queues
+from docket.runtime.worker import Worker
 from docket.values import JSONValue
 
-__all__ = ["UNCHANGED", "QueueMethods", "queue_store", "require_queue_options"]
+__all__ = [
+    "UNCHANGED",
+    "QueueMethods",
+    "eager_slot",
+    "queue_store",
+    "require_graph_queue",
+    "require_queue_options",
+    "start_queue",
+]
 
 
 class _Unchanged:
@@ -126,6 +139,7 @@ class QueueMethods:
         return await self.configure_queue(name, paused=True)
 
     async def resume_queue(self, name: str) -> QueueConfig:
+        """Claims in the queue start again (within ``queue_refresh`` on every worker)."""
         await self.queue(name)
         return await self.configure_queue(name, paused=False)
 
@@ -135,4 +149,58 @@ def _require_name(name: object) -> None:
     if problem:
         raise InvalidOptions(
             problem, phase="queue", details={"reasons": list[JSONValue]([problem])}
+        )
+
+
+async def start_queue(
+    backend: Backend,
+    caps: Capabilities,
+    rtg: RuntimeGraph,
+    queue: str | None,
+    priority: int | None,
+) -> tuple[str, int]:
+    """The queue and priority a start writes: the caller's (checked already by
+    :func:`require_queue_options`), else the graph's policies, else the defaults.
+    ``Unsupported`` for anything but the defaults on a backend without queues;
+    ``NotFound`` (details ``what=queue``) for a queue the backend does not know."""
+    name, rank = run_queue(rtg, queue, priority)
+    if not uses_queues(name, rank):
+        return name, rank
+    store = queue_store(backend, caps, "start a run in a named queue or with a priority")
+    if name != DEFAULT_QUEUE:
+        found = await store.fetch_queue(name)
+        if isinstance(found, contract.NotFound):
+            raise NotFound(
+                f"no queue {name!r}: configure it first (Docket.configure_queue)",
+                phase="start",
+                details={"what": "queue", "queue": name},
+            )
+    return name, rank
+
+
+async def eager_slot(
+    queues: QueueRuntime, worker: Worker, name: str, ttl: float
+) -> tuple[str, str] | Literal[False] | None:
+    """An eager start's slot in ``name``: ``None`` when the queue needs none, ``False``
+    when it needs one and none is free (the worker's reservation is given back: the run
+    is started unclaimed and waits its turn), else ``(queue, holder)``."""
+    if not await queues.limited(name):
+        return None
+    holder = await queues.slots.acquire_one(name, timedelta(seconds=ttl))
+    if holder is None:
+        worker.unreserve()
+        return False
+    return name, holder
+
+
+def require_graph_queue(graph: Graph, caps: Capabilities) -> None:
+    """A graph whose policies name a queue or a priority needs a backend with queues
+    (``Unsupported`` at save otherwise; bad values are the compiler's to report)."""
+    queue, priority, _ = queue_policies(graph.policies)
+    if uses_queues(queue or DEFAULT_QUEUE, priority or 0) and Feature.QUEUES not in caps.features:
+        raise Unsupported(
+            f"graph {graph.id!r} names a queue or a priority in its policies: this backend "
+            f"({caps.name or 'unnamed'}) does not declare the {Feature.QUEUES!s} feature",
+            phase="queue",
+            details={"feature": str(Feature.QUEUES)},
         )

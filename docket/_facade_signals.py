@@ -30,7 +30,7 @@ from docket.errors import (
 from docket.graph.compiler import RuntimeGraph
 from docket.records import GraphRef, OwnerScope, Run, RunStatus
 from docket.runtime.children import Children
-from docket.runtime.drain import host_limits
+from docket.runtime.drain import Drainer, host_limits
 from docket.runtime.graphs import GraphCache
 from docket.runtime.lifecycle import (
     CommitPolicy,
@@ -62,6 +62,7 @@ class SignalMethods:
         _observers: Observers
         _policy: CommitPolicy
         _child_runs: Children | None
+        _drainer: Drainer
         settings: Settings
         telemetry: Telemetry
 
@@ -160,6 +161,7 @@ class SignalMethods:
                 limits=host_limits(self.settings),
                 observers=self._observers,
                 telemetry=self.telemetry,
+                queues=self._drainer.queues,
             )
         return self._child_runs
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from docket._sync_history import SyncHistoryMethods
+from docket._sync_queues import SyncQueueMethods
 from docket._sync_schedules import SyncScheduleMethods
 from docket._sync_streams import SyncStreamMethods
 from docket.contract.protocols import Backend
@@ -79,7 +80,9 @@ class _LoopThread:
         self.loop.close()
 
 
-class SyncDocket(SyncScheduleMethods, SyncHistoryMethods, SyncStreamMethods):  # docket/_sync_*.py
+class SyncDocket(
+    SyncScheduleMethods, SyncHistoryMethods, SyncStreamMethods, SyncQueueMethods
+):  # docket/_sync_*.py
     """The blocking twin of :class:`Docket`, for scripts and REPLs.
 
     It owns an event loop in a background thread, so an in-process worker started with
@@ -141,13 +144,17 @@ class SyncDocket(SyncScheduleMethods, SyncHistoryMethods, SyncStreamMethods):  #
 
     # -- workers -----------------------------------------------------------------------------
 
-    def start_worker(self, *, concurrency: int | None = None) -> None:
-        """Start a worker on the background loop (one per SyncDocket)."""
+    def start_worker(
+        self, *, concurrency: int | None = None, queues: Collection[str] | None = None
+    ) -> None:
+        """Start a worker on the background loop (one per SyncDocket); ``queues``: serve
+        only these named queues (``Docket.worker``)."""
         if self._worker is not None and self._worker.running:
             raise RuntimeError("this SyncDocket already runs a worker")
 
         async def start() -> Worker:
-            worker = self.docket.worker(concurrency=concurrency)
+            worker = self.docket.worker(concurrency=concurrency, queues=queues)
+            await worker.check_queues()
             worker.start()
             return worker
 
@@ -198,6 +205,8 @@ class SyncDocket(SyncScheduleMethods, SyncHistoryMethods, SyncStreamMethods):  #
         deadline: datetime | None = None,
         timeout: timedelta | None = None,
         idempotency_key: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> Run:
         return self._call(
             lambda: self.docket.start_run(
@@ -210,6 +219,8 @@ class SyncDocket(SyncScheduleMethods, SyncHistoryMethods, SyncStreamMethods):  #
                 deadline=deadline,
                 timeout=timeout,
                 idempotency_key=idempotency_key,
+                queue=queue,
+                priority=priority,
             )
         )
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, ParamSpec, TypeVar, cast
 
@@ -46,7 +46,13 @@ from docket._facade_children import (
 from docket._facade_family import read_children
 from docket._facade_history import HistoryMethods
 from docket._facade_keyed import keyed_run_id, started_before
-from docket._facade_queues import QueueMethods
+from docket._facade_queues import (
+    QueueMethods,
+    eager_slot,
+    require_graph_queue,
+    require_queue_options,
+    start_queue,
+)
 from docket._facade_schedules import ScheduleMethods
 from docket._facade_signals import SignalMethods
 from docket._facade_spans import lifecycle
@@ -315,6 +321,8 @@ class Docket(
                 f"save_graph expects a docket Graph, got {type(graph).__name__}",
                 details={"diagnostics": []},
             )
+        if graph.policies:
+            require_graph_queue(graph, self.capabilities)
         if any(node.child for node in graph.nodes.values()):
             require_child_runs(graph, self.capabilities, "saved")
             if compile_graph(graph, self.nodes).ok:  # pin only what compiles (else: below)
@@ -402,6 +410,8 @@ class Docket(
         deadline: datetime | None = None,
         timeout: timedelta | None = None,
         idempotency_key: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> Run:
         """Start a run of ``graph`` (a reference, or a graph id meaning its latest version).
 
@@ -419,11 +429,19 @@ class Docket(
         and starting again with a key used before in this scope returns that run instead
         of raising ``Conflict``, for as long as retention keeps it (docs/execution.md,
         Deduplicated starts).
+
+        ``queue``/``priority`` (default: the graph's ``queue``/``priority`` policies, else
+        ``"default"`` and 0) name the queue the run waits in for a worker and its rank
+        there, higher first (docs/queues.md). A queue the backend does not know raises
+        ``NotFound``; anything but the defaults on a backend without queues raises
+        ``Unsupported``; nothing is written then.
         """
         owner = self._owner(tenant_id)
         self._ready()
         if run_id is not None:
             require_id("run_id", run_id)
+        if queue is not None or priority is not None:
+            require_queue_options(queue, priority)
         if input is not None and not isinstance(input, Mapping):
             raise InvalidInput(
                 "the run input must be a map",
@@ -440,6 +458,9 @@ class Docket(
             raise from_core(incompatible)
         if rtg.has_children:
             require_runnable_children(rtg, self.capabilities)
+        chosen: tuple[str, int] | None = None
+        if queue is not None or priority is not None or rtg.policies:
+            chosen = await start_queue(self._store, self.capabilities, rtg, queue, priority)
         if self._clock is None:  # looked up once: a Protocol isinstance is slow
             self._clock = stamp_clock(self.backend)
         now = await self._clock()
@@ -464,7 +485,15 @@ class Docket(
         proposal = init_proposal(moment, transition_id=self._ids("transition"))
         if later is not None:  # a delayed start: due at its time, never started eagerly
             proposal = attrs.evolve(proposal, wake_at=later)
-        eager = None if later is not None else self._eager_slot()
+        if chosen is not None:
+            proposal = attrs.evolve(proposal, queue=chosen[0], priority=chosen[1])
+        eager = None if later is not None else self._eager_slot(proposal.queue)
+        slot = None
+        if eager is not None and self._drainer.queues.view.store is not None:
+            got = await eager_slot(
+                self._drainer.queues, eager[0], proposal.queue, self.settings.claim_ttl
+            )
+            eager, slot = (None, None) if got is False else (eager, got)
         with log_context(run_id=created.id):
             if eager is None:
                 write = functools.partial(
@@ -482,12 +511,16 @@ class Docket(
             except BaseException:
                 if eager is not None:
                     eager[0].unreserve()
+                if slot is not None:
+                    await asyncio.shield(self._drainer.queues.slots.refund(slot[0], [slot[1]]))
                 raise
         if eager is not None:
             if isinstance(stored, Run) and stored.checkpoint_seq == proposal.run.checkpoint_seq:
-                eager[0].adopt(owner, stored, token, proposal.wake_at)
+                eager[0].adopt(owner, stored, token, proposal.wake_at, slot)
             else:
                 eager[0].unreserve()
+                if slot is not None:
+                    await self._drainer.queues.slots.refund(slot[0], [slot[1]])
         if not isinstance(stored, Run):
             if idempotency_key is not None and isinstance(stored, contract.Conflict):
                 return await started_before(self._store, owner, created.id, ref.graph_id, stored)
@@ -495,7 +528,7 @@ class Docket(
         self._deliver(moment, owner, "start")
         return stored
 
-    def _eager_slot(self) -> tuple[Worker, ClaimedStarts] | None:
+    def _eager_slot(self, queue: str) -> tuple[Worker, ClaimedStarts] | None:
         """A running worker of this Docket with a slot promised to the run being started,
         and the store to start it claimed with; None unless the settings allow eager
         starts and the store declares ``ClaimedStarts``."""
@@ -507,7 +540,7 @@ class Docket(
         if not self._claimed_starts:
             return None
         for worker in self._workers:
-            if worker.reserve():
+            if worker.serves(queue) and worker.reserve():
                 return worker, cast(ClaimedStarts, transitions)
         return None
 
@@ -633,10 +666,18 @@ class Docket(
 
     # -- workers -----------------------------------------------------------------------------
 
-    def worker(self, *, concurrency: int | None = None, name: str = "worker") -> Worker:
+    def worker(
+        self,
+        *,
+        concurrency: int | None = None,
+        name: str = "worker",
+        queues: Collection[str] | None = None,
+    ) -> Worker:
         """A worker over this Docket (not started): ``async with docket.worker(): ...``.
 
-        Stopped by :meth:`close` if still running."""
+        ``queues``: claim only runs of these named queues (default: every queue);
+        ``Unsupported`` on a backend without queues, ``NotFound`` on start for a queue
+        that does not exist. Stopped by :meth:`close` if still running."""
         self._ready()
         settings = self.settings
         if concurrency is not None:
@@ -649,16 +690,22 @@ class Docket(
             name=name,
             telemetry=self.telemetry,
             ticker=self._schedule_ticker(),
+            queues=queues,
         )
         self._workers.append(worker)
         return worker
 
     async def run_worker(
-        self, *, concurrency: int | None = None, stop: asyncio.Event | None = None
+        self,
+        *,
+        concurrency: int | None = None,
+        stop: asyncio.Event | None = None,
+        queues: Collection[str] | None = None,
     ) -> WorkerStats:
         """Run a worker until ``stop`` is set (or this task is cancelled), then shut it
-        down gracefully; returns its counters."""
-        worker = self.worker(concurrency=concurrency)
+        down gracefully; returns its counters. ``queues``: as :meth:`worker`."""
+        worker = self.worker(concurrency=concurrency, queues=queues)
+        await worker.check_queues()
         worker.start()
         try:
             if stop is None:

@@ -50,6 +50,9 @@ setting                       default     meaning
                                           with their events (``None``: never)
 ``prune_every``               3600.0      how often a worker runs a retention pass (when one
                                           of the two above is set)
+``queue_refresh``             1.0         longest time a claimer uses its view of the queue
+                                          configs before reading them again (a limit change
+                                          takes effect within it; docs/queues.md)
 ============================  ==========  ====================================================
 
 The recovery bound of a dead worker's run is ``claim_ttl + poll_interval`` (while some
@@ -81,6 +84,7 @@ _SECONDS: Final = (
     "child_recheck",
     "child_recheck_cap",
     "prune_every",
+    "queue_refresh",
 )
 _COUNTS: Final = (
     "concurrency",
@@ -122,6 +126,7 @@ class Settings:
     prune_events_after: float | None = None  # retention: docket/runtime/retention.py
     prune_runs_after: float | None = None
     prune_every: float = 3600.0
+    queue_refresh: float = 1.0  # Feature.QUEUES: docket/runtime/queues.py
 
     def problems(self) -> list[str]:
         """Every reason these settings cannot run (empty when they can)."""

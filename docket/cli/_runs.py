@@ -108,6 +108,10 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         metavar="KEY",
         help="name the run after KEY; a key used before returns its run (not with --run-id)",
     )
+    start.add_argument("--queue", default=None, help="the named queue the run waits in")
+    start.add_argument(
+        "--priority", type=int, default=None, help="its priority there (-100..100, higher first)"
+    )
     add_time_options(start)
     start.set_defaults(run=_runs_start)
     add_send(sub, _connection_options)
@@ -352,6 +356,8 @@ def _runs_start(args: argparse.Namespace) -> int:
             run_id=args.run_id,
             tenant_id=args.tenant,
             idempotency_key=args.idempotency_key,
+            queue=args.queue,
+            priority=args.priority,
             **timing,
         )
         return await d.inspect_run(run.id, tenant_id=args.tenant)

@@ -41,6 +41,12 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="N",
         help="also serve the web console on 127.0.0.1:N (token from $DOCKET_UI_TOKEN)",
     )
+    worker.add_argument(
+        "--queues",
+        default=None,
+        metavar="A,B",
+        help="claim only runs of these named queues (default: every queue)",
+    )
     add_prune_options(worker)
     # internal: the pipe a supervisor hands its children (see docket.cli._supervisor)
     worker.add_argument(SUPERVISOR_FD, type=int, default=None, help=argparse.SUPPRESS)
@@ -54,10 +60,12 @@ def _worker(args: argparse.Namespace) -> int:
         raise _fail("--concurrency must be at least 1")
     if args.ui_port is not None and not 0 < args.ui_port < 65536:
         raise _fail("--ui-port must be 1..65535")
+    queues = _queues(args.queues)
     if args.processes > 1:
         if args.ui_port is not None:
             raise _fail("--ui-port serves from one process: use --processes 1 or docket ui")
-        return supervise(args.app, args.concurrency, args.processes, prune_argv(args))
+        extra = prune_argv(args) + ([] if queues is None else ["--queues", args.queues])
+        return supervise(args.app, args.concurrency, args.processes, extra)
     early: list[int] = []  # a stop signal that arrives while the app is still loading
 
     def remember(signum: int, _frame: object) -> None:
@@ -68,11 +76,25 @@ def _worker(args: argparse.Namespace) -> int:
     if args.supervisor_fd is not None:
         stop_with_supervisor(args.supervisor_fd)
     docket = with_prune_settings(load_app(args.app), args)
-    return _run(_serve(docket, args.concurrency, early, args.ui_port))
+    return _run(_serve(docket, args.concurrency, early, args.ui_port, queues))
+
+
+def _queues(text: str | None) -> frozenset[str] | None:
+    """``--queues a,b`` as names (checked against the store when the worker starts)."""
+    if text is None:
+        return None
+    names = frozenset(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise _fail("--queues expects queue names separated by commas")
+    return names
 
 
 async def _serve(
-    docket: Docket, concurrency: int | None, early: list[int], ui_port: int | None = None
+    docket: Docket,
+    concurrency: int | None,
+    early: list[int],
+    ui_port: int | None = None,
+    queues: frozenset[str] | None = None,
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -88,12 +110,13 @@ async def _serve(
         print(
             f"docket worker {os.getpid()}: {docket.backend!r}, concurrency "
             f"{concurrency or settings.concurrency}, claim TTL {settings.claim_ttl} s, "
-            f"poll {settings.poll_interval} s",
+            f"poll {settings.poll_interval} s"
+            + ("" if queues is None else f", queues {','.join(sorted(queues))}"),
             file=sys.stderr,
             flush=True,
         )
         if ui_port is None:
-            stats = await docket.run_worker(concurrency=concurrency, stop=stop)
+            stats = await docket.run_worker(concurrency=concurrency, stop=stop, queues=queues)
         else:
             from docket.ui.serve import DEFAULT_HOST, serving_alongside
 
@@ -102,7 +125,7 @@ async def _serve(
                 docket, host=DEFAULT_HOST, port=ui_port, token=token
             ) as console:
                 print(f"docket console: {console}", file=sys.stderr, flush=True)
-                stats = await docket.run_worker(concurrency=concurrency, stop=stop)
+                stats = await docket.run_worker(concurrency=concurrency, stop=stop, queues=queues)
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items())) or "none"
     print(
         f"docket worker {os.getpid()} stopped: {stats.leases} leases, {stats.commits} commits, "

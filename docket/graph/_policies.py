@@ -10,11 +10,16 @@ from collections.abc import Mapping
 from typing import Final, cast
 
 from docket.graph.nodes import NodePolicies, RetryPolicy
+from docket.records import priority_problem, queue_name_problem
 from docket.values import JSONValue
 
-__all__ = ["node_policies"]
+__all__ = ["node_policies", "queue_policies"]
 
 _MAX_SUPERSTEPS: Final = "max_supersteps"
+#: Graph-level defaults for a run's named queue and priority there (``start_run``
+#: overrides them; docs/queues.md).
+QUEUE_POLICY: Final = "queue"
+PRIORITY_POLICY: Final = "priority"
 
 
 def _positive_int(value: object) -> bool:
@@ -82,3 +87,19 @@ def _resolve_limit(policy: JSONValue, host: int | None) -> int | None:
     if own is None:
         return host
     return own if host is None else min(own, host)
+
+
+def queue_policies(
+    policies: Mapping[str, JSONValue],
+) -> tuple[str | None, int | None, list[tuple[str, str]]]:
+    """A graph's ``queue`` and ``priority`` policies (``None`` when absent) and every
+    problem as a ``(policy key, message)`` pair (a problem's value reads as absent)."""
+    problems: list[tuple[str, str]] = []
+    queue, priority = policies.get(QUEUE_POLICY), policies.get(PRIORITY_POLICY)
+    if queue is not None and (problem := queue_name_problem(queue)):
+        problems.append((QUEUE_POLICY, problem))
+        queue = None
+    if priority is not None and (problem := priority_problem(priority)):
+        problems.append((PRIORITY_POLICY, problem))
+        priority = None
+    return cast("str | None", queue), cast("int | None", priority), problems

@@ -13,7 +13,7 @@ from typing import Final, cast
 import attrs
 
 from docket.graph._algorithms import _cycles, _reachable, _reaches_finish, _sorted
-from docket.graph._policies import _MAX_SUPERSTEPS, _positive_int, node_policies
+from docket.graph._policies import _MAX_SUPERSTEPS, _positive_int, node_policies, queue_policies
 from docket.graph.children import child_problems
 from docket.graph.guards import GuardProblemCode, guard_problems, guard_strings
 from docket.graph.maps import map_problems
@@ -128,6 +128,8 @@ class _Validator:
                 ("fields", field_id),
                 f"{field_id!r} is declared both as an input and as a state field",
             )
+        for key, message in queue_policies(g.policies)[2]:
+            self.add(C.INVALID_POLICY, ("policies", key), message)
         limit = g.policies.get(_MAX_SUPERSTEPS)
         path = ("policies", _MAX_SUPERSTEPS)
         if limit is not None and not _positive_int(limit):

@@ -30,6 +30,7 @@ Public API
 - ``effective_document(graph) -> JSONDict`` / ``graph_from_effective_document(doc) -> Graph``:
   the durable, hashed form and its canonical decoder.
 - ``node_policies(policies) -> (NodePolicies, problems)``: node policy resolution.
+- ``queue_policies(policies) -> (queue, priority, problems)``: a graph's run queue defaults.
 - ``runtime_diagnostics(runtime) -> list[Diagnostic]``: the lowering self-checks.
 - ``CompileResult``, ``RuntimeGraph``, ``RuntimeChannel``, ``RuntimeNode``, ``RuntimeEdge``,
   ``RuntimeOutput``, ``Lowering``, ``ChannelKind``, ``ChannelType``.
@@ -53,7 +54,7 @@ from typing import Final
 import attrs
 
 from docket.graph._lower import _lower, runtime_diagnostics
-from docket.graph._policies import _positive_int, node_policies
+from docket.graph._policies import _positive_int, node_policies, queue_policies
 from docket.graph._runtime import (
     ChannelKind,
     ChannelType,
@@ -95,6 +96,7 @@ __all__ = [
     "effective_document",
     "graph_from_effective_document",
     "node_policies",
+    "queue_policies",
     "runtime_diagnostics",
     "verify",
 ]

@@ -36,6 +36,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
+import attrs
+
 from docket.contract.errors import Conflict, NotFound, StaleCheckpoint, TransitionResult
 from docket.contract.proposals import Lease
 from docket.contract.protocols import Backend, ClaimedStarts
@@ -77,6 +79,7 @@ from docket.runtime.lifecycle import (
     signal,
     stamp_clock,
 )
+from docket.runtime.queues import DEFAULTS, QueueRuntime, uses_queues
 from docket.settings import Settings
 from docket.telemetry import Telemetry, stamp_logger
 
@@ -120,8 +123,10 @@ class Children:
         limits: HostLimits,
         observers: Observers | None = None,
         telemetry: Telemetry | None = None,
+        queues: QueueRuntime | None = None,
     ) -> None:
         self._backend = backend
+        self._queues = queues  # a child joins its parent's queue (Feature.QUEUES)
         self._graphs = graphs
         self._settings = settings
         self._ids = ids
@@ -214,7 +219,8 @@ class Children:
     ) -> TaskOutcome:
         child = await self._backend.runs.fetch_run(owner, ident)
         if isinstance(child, NotFound):
-            started = await self.start(owner, parent, task, ident, spec)
+            queue = await self._parent_queue(owner, parent)
+            started = await self.start(owner, parent, task, ident, spec, queue=queue)
             if isinstance(started, Failed):
                 return started
             child = started
@@ -242,10 +248,12 @@ class Children:
         now: datetime | None = None,
         claim_token: str | None = None,
         written: set[str] | None = None,
+        queue: tuple[str, int] = DEFAULTS,
     ) -> Run | Failed:
         """Create the child ``ident`` of ``task`` (or adopt it if it exists); a child that
         cannot be created is the attempt's permanent failure. ``now``: the store's time
-        (read here when not given)."""
+        (read here when not given). ``queue``: the parent's queue and priority, which
+        the child inherits."""
 
         def failed(kind: str, text: str) -> Failed:
             return _failed(task.task_id, task.node_id, task.attempt, kind, text)
@@ -269,6 +277,8 @@ class Children:
             return failed("invalid_child_input", moment.message)
         assert not isinstance(moment, Terminated)
         proposal = init_proposal(moment, transition_id=self._ids("transition"))
+        if uses_queues(*queue):
+            proposal = attrs.evolve(proposal, queue=queue[0], priority=queue[1])
         transitions = self._backend.transitions
 
         async def write() -> TransitionResult:
@@ -356,7 +366,13 @@ class Children:
         if isinstance(rtg, GraphProblem):
             return None  # the parent's recheck runs where its graph can be used
         now = await self._clock()  # one clock read for the batch
+        queue = await self._parent_queue(owner, parent)
         token = self._ids("claim") if eager else None
+        # an eager child in a limited queue takes its slot first; none free: it waits
+        # its turn like any started run
+        slot = await self._eager_slot(queue[0]) if eager else None
+        if eager and slot == "":
+            token = None
         first = new[0][0]
         written: set[str] = set()
 
@@ -366,13 +382,46 @@ class Children:
                 return None
             claim = token if ident == first else None
             result = await self.start(
-                owner, parent, task, ident, spec, now=now, claim_token=claim, written=written
+                owner,
+                parent,
+                task,
+                ident,
+                spec,
+                now=now,
+                claim_token=claim,
+                written=written,
+                queue=queue,
             )
             if isinstance(result, Failed):
                 await self._deliver(owner, parent.id, ident, result)
                 return None
             return result
 
+        try:
+            follow = await self._start_all(owner, parent, new, one, token, first, written, now)
+        except BaseException:
+            if slot:
+                await asyncio.shield(self._refund(queue[0], slot))
+            raise
+        if slot:
+            assert self._queues is not None
+            if follow is None:
+                await self._refund(queue[0], slot)
+            else:
+                self._queues.slots.hold(follow[0].claim_token, queue[0], slot)
+        return follow
+
+    async def _start_all(
+        self,
+        owner: OwnerScope,
+        parent: Run,
+        new: list[tuple[str, TaskState]],
+        one: Callable[[str, TaskState], Awaitable[Run | None]],
+        token: str | None,
+        first: str,
+        written: set[str],
+        now: datetime,
+    ) -> tuple[Lease, Run] | None:
         # concurrently: a map's children reach a group-committing store together
         results = await asyncio.gather(*(one(ident, task) for ident, task in new))
         started = [run for run in results if run is not None]
@@ -399,6 +448,26 @@ class Children:
             orphan_ttl=timedelta(seconds=self._settings.claim_ttl),
         )
         return lease, claimed
+
+    async def _parent_queue(self, owner: OwnerScope, parent: Run) -> tuple[str, int]:
+        """The parent's queue and priority (kept beside the run: one read, on a backend
+        with queues only)."""
+        if self._queues is None or self._queues.view.store is None:
+            return DEFAULTS
+        info = await self._backend.runs.inspect_run(owner, parent.id)
+        return DEFAULTS if isinstance(info, NotFound) else (info.queue, info.priority)
+
+    async def _eager_slot(self, queue: str) -> str | None:
+        """``None``: the queue needs no slot; ``""``: it needs one and none was granted;
+        else the granted slot's holder id."""
+        if self._queues is None or not await self._queues.limited(queue):
+            return None
+        ttl = timedelta(seconds=self._settings.claim_ttl)
+        return await self._queues.slots.acquire_one(queue, ttl) or ""
+
+    async def _refund(self, queue: str, holder: str) -> None:
+        assert self._queues is not None
+        await self._queues.slots.refund(queue, [holder])
 
     async def _cancel_if_running(self, owner: OwnerScope, ident: str) -> None:
         result = await signal(

@@ -102,6 +102,7 @@ from docket.runtime.lifecycle import (
     stamp_clock,
 )
 from docket.runtime.messages import supported_waits
+from docket.runtime.queues import QueueRuntime
 from docket.settings import Settings
 from docket.telemetry import NO_SPAN, Span, Telemetry, log_context, stamp_logger
 
@@ -181,6 +182,8 @@ class Drainer:
         self._policy = CommitPolicy(
             attempts=settings.commit_attempts, backoff=settings.commit_backoff
         )
+        #: Named queues' view and the slots this process's claims hold (Feature.QUEUES).
+        self.queues = QueueRuntime(backend, settings.queue_refresh)
         self._children = Children(
             backend,
             # structure is all a child's start or hand-off needs: a worker that serves
@@ -191,6 +194,7 @@ class Drainer:
             limits=self._limits,
             observers=self._observers,
             telemetry=self._telemetry,
+            queues=self.queues,
         )
 
     async def drain(
@@ -230,6 +234,10 @@ class Drainer:
             except BaseException as exc:
                 span.fail(exc)
                 raise
+            # the claim has ended (parked, handed back, released or lost): so has its
+            # slot. A cancelled drain's slot is released by whoever releases its claim.
+            if self.queues.slots.holds(lease):
+                await self.queues.slots.release(lease)
             span.stop(
                 {"outcome": outcome.kind, "reason": outcome.detail}, {"commits": outcome.commits}
             )
@@ -248,7 +256,9 @@ class Drainer:
         run: Run | None,
         parked: Callable[[], None] | None,
     ) -> DrainOutcome:
-        heartbeat = Heartbeat(self._backend, lease, self._settings.heartbeat_interval)
+        heartbeat = Heartbeat(
+            self._backend, lease, self._settings.heartbeat_interval, self.queues.slots
+        )
         heartbeat.start()
         try:
             return await self._drain(lease, heartbeat, stopping, run, parked)

@@ -1,6 +1,7 @@
 """``Heartbeat``: keeps one claim alive while its run is drained.
 
-Every ``interval`` seconds it refreshes the claim (``refresh_claim``). A refresh that
+Every ``interval`` seconds it refreshes the claim (``refresh_claim``), and the claim's
+queue slot with it when it holds one (``renew_slots``: docket/runtime/queues.py). A refresh that
 fails for a transient reason is retried on the next beat; an answer of ``ClaimLost`` (the
 run was cancelled, or another worker took the claim over after it expired) sets ``lost``
 and cancels the node work in flight, whose results could no longer be committed.
@@ -14,6 +15,7 @@ import logging
 from docket.contract.errors import ClaimLost
 from docket.contract.proposals import Lease
 from docket.contract.protocols import Backend
+from docket.runtime.queues import SlotBook
 from docket.telemetry import stamp_logger
 
 __all__ = ["Heartbeat"]
@@ -24,8 +26,11 @@ log = stamp_logger(logging.getLogger("docket.worker"))
 class Heartbeat:
     """Refreshes one claim every ``interval`` seconds until stopped or the claim is lost."""
 
-    def __init__(self, backend: Backend, lease: Lease, interval: float) -> None:
+    def __init__(
+        self, backend: Backend, lease: Lease, interval: float, slots: SlotBook | None = None
+    ) -> None:
         self._backend = backend
+        self._slots = slots  # a claim in a limited queue renews its slot with each beat
         self._lease = lease
         self._interval = interval
         self.lost = asyncio.Event()
@@ -66,3 +71,5 @@ class Heartbeat:
                     self.work.cancel()
                 return
             self.refreshes += 1
+            if self._slots is not None and self._slots.holds(lease):
+                await self._slots.renew(lease)

@@ -6,7 +6,9 @@ One dispatcher loop per worker:
   decides what is due: the policy's ``now`` is left ``None``). Expired claims of dead
   workers are part of what ``claim_due`` takes, so recovery needs nothing special. With a
   demand of one the preferred class alternates between ready and expired runs after each
-  successful poll, so neither can starve the other;
+  successful poll, so neither can starve the other. A worker serving named queues
+  (``queues=``), or any worker while a served queue has limits, claims through
+  :class:`~docket.runtime.queues.QueueClaimer` (slots first in a limited queue);
 * **launch** — one drain task per lease (:class:`~docket.runtime.drain.Drainer`);
   candidates that ran out of claim attempts come back *poisoned* instead of leased: the
   backend has already set them aside, the worker logs them and calls ``on_poisoned``.
@@ -39,7 +41,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timedelta
 from typing import TypeAlias, cast
 
@@ -50,6 +52,7 @@ from docket.contract.protocols import Backend
 from docket.records import OwnerScope, Run, tenant_id_of
 from docket.runtime.drain import Drainer, DrainOutcome
 from docket.runtime.emissions import EmissionStats
+from docket.runtime.queues import QueueClaimer, require_served, require_store, served_queues
 from docket.runtime.retention import Pruner
 from docket.runtime.schedules import ScheduleTicker
 from docket.settings import Settings
@@ -91,8 +94,15 @@ class Worker:
         name: str = "worker",
         telemetry: Telemetry | None = None,
         ticker: ScheduleTicker | None = None,
+        queues: Collection[str] | None = None,
     ) -> None:
         self._backend = backend
+        # Feature.QUEUES: the queues served (None: every one), checked to exist on start
+        self.queues = served_queues(queues)
+        if self.queues is not None:
+            require_store(drainer.queues.view, "serve named queues")
+        self._queues_checked = self.queues is None
+        self._claimer = QueueClaimer(backend, drainer.queues, self.queues)
         self._ticker = ticker
         self._ticking: asyncio.Task[object] | None = None
         self._ticked_at: float | None = None  # monotonic start of the last ticker pass
@@ -132,6 +142,17 @@ class Worker:
         pump = self._drainer.emissions
         return pump.stats if pump is not None else EmissionStats()
 
+    def serves(self, queue: str) -> bool:
+        """Whether this worker claims runs of ``queue``."""
+        return self.queues is None or queue in self.queues
+
+    async def check_queues(self) -> None:
+        """``NotFound`` when a served queue does not exist (once; :meth:`run` and
+        ``async with`` call it)."""
+        if not self._queues_checked:
+            await require_served(self._drainer.queues.view, self.queues)
+            self._queues_checked = True
+
     # -- eager starts ----------------------------------------------------------------------
 
     def reserve(self) -> bool:
@@ -152,12 +173,22 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
-    def adopt(self, owner: OwnerScope, run: Run, token: str, claimed_at: datetime) -> None:
+    def adopt(
+        self,
+        owner: OwnerScope,
+        run: Run,
+        token: str,
+        claimed_at: datetime,
+        slot: tuple[str, str] | None = None,
+    ) -> None:
         """Drain ``run``, which this process just started claimed by ``token`` at
         ``claimed_at``, in the slot :meth:`reserve` promised; the drain starts from ``run``
         (what the start wrote) instead of reading it. A worker stopping meanwhile hands the
-        claim back (the drain's first check)."""
+        claim back (the drain's first check). ``slot``: the ``(queue, holder)`` slot the
+        start took in a limited queue, released when the claim ends."""
         self._settle_reservation()
+        if slot is not None:
+            self._drainer.queues.slots.hold(token, *slot)
         self.stats.eager_starts += 1
         lease = Lease(
             run_id=run.id,
@@ -210,6 +241,7 @@ class Worker:
                 await self._task
 
     async def __aenter__(self) -> Worker:
+        await self.check_queues()
         self.start()
         return self
 
@@ -220,6 +252,7 @@ class Worker:
 
     async def run(self) -> None:
         """The dispatcher loop; returns after a graceful shutdown (:meth:`request_stop`)."""
+        await self.check_queues()
         self._wake = asyncio.Event()
         self._stop_signal = asyncio.get_running_loop().create_future()
         if self._stopping:
@@ -339,7 +372,7 @@ class Worker:
         self.stats.polls += 1
         span = claim_span(self._telemetry, self.name)
         try:
-            batch = await self._backend.runs.claim_due(policy)
+            batch = await self._claimer.claim(policy)
         except asyncio.CancelledError as exc:
             span.fail(exc)
             raise
@@ -436,6 +469,9 @@ class Worker:
             raise
         except Exception as exc:
             log.warning("releasing the claim on %s failed: %s", lease.run_id, exc)
+        slots = self._drainer.queues.slots
+        if slots.holds(lease):
+            await slots.release(lease)
 
     async def _shutdown(self) -> None:
         self._begin_stop()

@@ -1,0 +1,396 @@
+"""Claiming under named queues' limits (``Feature.QUEUES``): the runtime side of the ledger.
+
+A backend enforces a queue's limits through its slot ledger
+(:mod:`docket.contract.queues`); this module is how every claimer of this process uses it
+(the worker, ``Docket.drain_due``, eager starts of runs and of children):
+
+* :class:`QueueView` — the queue configs, read with ``list_queues`` at most every
+  ``Settings.queue_refresh`` seconds (a limit change takes effect within that);
+* :class:`SlotBook` — which slot (queue, holder id) each claim holds, by claim token. The
+  drain that ends a claim releases its slot (``release_slots``), its heartbeat renews it;
+* :class:`QueueClaimer` — one claim round. No limited queue among those served: exactly
+  one ``claim_due`` as without queues (no extra round trip). Else, per limited queue
+  (rotating, so one cannot take every round's demand): take slots under fresh random
+  holder ids, claim at most that many runs of that queue, give back the unused slots
+  with their rate tokens (``refund=True``); then one ``claim_due`` over the unlimited
+  served queues for the rest of the demand.
+
+Priorities need nothing here: the backend's ``claim_due`` orders by them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import timedelta
+from typing import Final, cast
+
+import attrs
+
+from docket import errors
+from docket.contract.capabilities import Feature
+from docket.contract.errors import NotFound, Permanent, Retryable
+from docket.contract.proposals import ClaimBatch, ClaimClass, ClaimPolicy, Lease, PoisonedClaim
+from docket.contract.protocols import Backend, QueueStore
+from docket.errors import InvalidOptions
+from docket.graph.compiler import RuntimeGraph, queue_policies
+from docket.records import DEFAULT_QUEUE, QueueConfig, queue_name_problem
+from docket.telemetry import stamp_logger
+
+__all__ = [
+    "QueueClaimer",
+    "QueueRuntime",
+    "QueueView",
+    "SlotBook",
+    "new_holder",
+    "require_served",
+    "require_store",
+    "run_queue",
+    "served_queues",
+    "uses_queues",
+]
+
+log = stamp_logger(logging.getLogger("docket.worker"))
+
+#: What a run's start asks for when neither the caller nor the graph names a queue.
+DEFAULTS: Final = (DEFAULT_QUEUE, 0)
+
+
+def new_holder() -> str:
+    """A slot holder id no other claimer uses."""
+    return uuid.uuid4().hex
+
+
+def run_queue(rtg: RuntimeGraph, queue: str | None, priority: int | None) -> tuple[str, int]:
+    """A start's queue and priority: the caller's, else the graph's ``queue``/``priority``
+    policies, else ``("default", 0)`` (the policies were validated when the graph was)."""
+    own_queue, own_priority, _ = queue_policies(rtg.policies) if rtg.policies else (None, None, ())
+    chosen_queue = queue if queue is not None else own_queue
+    chosen_priority = priority if priority is not None else own_priority
+    return (
+        DEFAULT_QUEUE if chosen_queue is None else chosen_queue,
+        0 if chosen_priority is None else chosen_priority,
+    )
+
+
+def uses_queues(queue: str, priority: int) -> bool:
+    """Whether a start needs ``Feature.QUEUES`` (anything but the defaults)."""
+    return (queue, priority) != DEFAULTS
+
+
+class QueueView:
+    """The queue configs as this process last read them (``None`` on a backend without
+    queues), re-read at most every ``refresh`` seconds."""
+
+    def __init__(
+        self, backend: Backend, refresh: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._backend = backend
+        self._refresh = refresh
+        self._clock = clock
+        self._store: QueueStore | None = None
+        self._known = False  # whether the backend's features were looked at
+        self._configs: dict[str, QueueConfig] | None = None
+        self._read_at = 0.0
+        self._reading: asyncio.Future[dict[str, QueueConfig]] | None = None
+
+    @property
+    def store(self) -> QueueStore | None:
+        """``backend.queues`` when the backend declares queues (looked up once)."""
+        if not self._known:
+            if Feature.QUEUES in self._backend.capabilities().features:
+                self._store = getattr(self._backend, "queues")  # noqa: B009  # optional store
+            self._known = True
+        return self._store
+
+    async def configs(self) -> Mapping[str, QueueConfig] | None:
+        """Every configured queue by name; re-read when older than ``refresh``. A failed
+        read keeps the last view (and raises when there is none)."""
+        store = self.store
+        if store is None:
+            return None
+        now = self._clock()
+        if self._configs is not None and now - self._read_at < self._refresh:
+            return self._configs
+        if self._reading is None or self._reading.done():
+            # one read at a time: claimers sharing the view wait for the same answer
+            self._reading = asyncio.ensure_future(self._read(store))
+        try:
+            return await asyncio.shield(self._reading)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if self._configs is None:
+                raise
+            log.warning("reading the queue configs failed (%s); using the last ones", exc)
+            return self._configs
+
+    async def _read(self, store: QueueStore) -> dict[str, QueueConfig]:
+        statuses = await store.list_queues()
+        self._configs = {status.config.name: status.config for status in statuses}
+        self._read_at = self._clock()
+        return self._configs
+
+    async def config(self, name: str) -> QueueConfig | None:
+        """``name``'s config in the view (an unknown name reads as unlimited: ``None``)."""
+        configs = await self.configs()
+        return None if configs is None else configs.get(name)
+
+
+@attrs.frozen
+class _Slot:
+    queue: str
+    holder: str
+
+
+class SlotBook:
+    """The slot each claim of this process holds, by claim token; at most one release
+    each (the first :meth:`release` of a claim forgets it)."""
+
+    def __init__(self, view: QueueView) -> None:
+        self._view = view
+        self._held: dict[str, _Slot] = {}
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def hold(self, token: str, queue: str, holder: str) -> None:
+        self._held[token] = _Slot(queue, holder)
+
+    def holds(self, lease: Lease) -> bool:
+        return lease.claim_token in self._held
+
+    async def renew(self, lease: Lease) -> None:
+        """Move the claim's slot expiry on by ``orphan_ttl`` (with the claim's heartbeat).
+        Best effort: a slot not renewed expires with its claim."""
+        slot = self._held.get(lease.claim_token)
+        store = self._view.store
+        if slot is None or store is None:
+            return
+        try:
+            await store.renew_slots(slot.queue, [slot.holder], lease.orphan_ttl)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("renewing the queue slot of run %s failed: %s", lease.run_id, exc)
+
+    async def release(self, lease: Lease) -> None:
+        """Free the claim's slot (its claim ended). Best effort: a slot not released
+        expires after ``orphan_ttl``, as a crashed claimer's does."""
+        slot = self._held.pop(lease.claim_token, None)
+        store = self._view.store
+        if slot is None or store is None:
+            return
+        try:
+            await store.release_slots(slot.queue, [slot.holder])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("releasing the queue slot of run %s failed: %s", lease.run_id, exc)
+
+    async def acquire_one(self, queue: str, ttl: timedelta) -> str | None:
+        """A slot in ``queue`` for a claim this process is about to make (an eager start):
+        its holder id, ``None`` when not granted. Follow with :meth:`hold` or
+        :meth:`refund`."""
+        store = self._view.store
+        if store is None:
+            return None
+        holder = new_holder()
+        try:
+            granted = await store.acquire_slots(queue, [holder], ttl)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("taking a slot of queue %s failed: %s", queue, exc)
+            return None
+        return holder if granted else None
+
+    async def refund(self, queue: str, holders: Sequence[str]) -> None:
+        """Give back slots that were never used for a claim (their rate tokens too)."""
+        store = self._view.store
+        if store is None or not holders:
+            return
+        try:
+            await store.release_slots(queue, holders, refund=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("giving back %d slots of queue %s failed: %s", len(holders), queue, exc)
+
+
+class QueueRuntime:
+    """The queue view and slot book one Docket's claimers share."""
+
+    def __init__(self, backend: Backend, refresh: float) -> None:
+        self.view = QueueView(backend, refresh)
+        self.slots = SlotBook(self.view)
+
+    async def limited(self, queue: str) -> bool:
+        """Whether a claim in ``queue`` needs a slot (as far as the view knows)."""
+        config = await self.view.config(queue)
+        return config is not None and config.limited
+
+
+class QueueClaimer:
+    """One claimer's rounds over the queues it serves (``None``: every queue)."""
+
+    def __init__(
+        self, backend: Backend, queues: QueueRuntime, served: Collection[str] | None = None
+    ) -> None:
+        self._backend = backend
+        self._queues = queues
+        self.served: frozenset[str] | None = None if served is None else frozenset(served)
+        self._turn = 0
+
+    async def claim(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent:
+        """A ``claim_due`` round for ``policy.limit`` runs of the served queues: a
+        :class:`ClaimBatch`, or the store's refusal when nothing was claimed."""
+        configs = await self._queues.view.configs()
+        served = self.served
+        if configs is None:  # no queues: what claim_due always was
+            return await self._backend.runs.claim_due(policy)
+        limited = [
+            config
+            for name, config in sorted(configs.items())
+            if config.limited and (served is None or name in served)
+        ]
+        if not limited:
+            return await self._backend.runs.claim_due(
+                policy if served is None else attrs.evolve(policy, queues=served)
+            )
+        names = frozenset(c.name for c in limited)
+        rest = (frozenset(configs) if served is None else served) - names
+        return await self._rounds(policy, limited, rest)
+
+    async def _rounds(
+        self, policy: ClaimPolicy, limited: list[QueueConfig], rest: frozenset[str]
+    ) -> ClaimBatch | Retryable | Permanent:
+        leases: list[Lease] = []
+        poisoned: list[PoisonedClaim] = []
+        refusal: Retryable | Permanent | None = None
+        demand = policy.limit
+        start = self._turn % len(limited)
+        self._turn += 1
+        for config in [*limited[start:], *limited[:start]]:
+            if demand <= 0:
+                break
+            if config.paused:
+                continue  # it grants nothing: no round trip
+            try:
+                got = await self._limited(policy, config, demand)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if not leases and not poisoned:
+                    raise
+                log.exception("claiming in queue %s failed; keeping the claims made", config.name)
+                break
+            if isinstance(got, ClaimBatch):
+                leases.extend(got.leases)
+                poisoned.extend(got.poisoned)
+                demand -= len(got.leases) + len(got.poisoned)
+            elif got is not None:
+                refusal = got
+        if demand > 0 and rest:
+            try:
+                got = await self._backend.runs.claim_due(
+                    attrs.evolve(policy, limit=demand, queues=rest, preference=_one(policy, demand))
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if not leases and not poisoned:
+                    raise
+                log.exception("claiming in the unlimited queues failed; keeping the claims made")
+                got = None
+            if isinstance(got, ClaimBatch):
+                leases.extend(got.leases)
+                poisoned.extend(got.poisoned)
+            elif got is not None:
+                refusal = got
+        if refusal is not None and not leases and not poisoned:
+            return refusal
+        return ClaimBatch(tuple(leases), tuple(poisoned))
+
+    async def _limited(
+        self, policy: ClaimPolicy, config: QueueConfig, demand: int
+    ) -> ClaimBatch | Retryable | Permanent | None:
+        """Slots, then claims, in one limited queue; ``None`` when no slot was granted."""
+        store = self._queues.view.store
+        assert store is not None
+        want = demand if config.execution_limit is None else min(demand, config.execution_limit)
+        holders = [new_holder() for _ in range(want)]
+        granted = await store.acquire_slots(config.name, holders, policy.orphan_ttl)
+        if not granted:
+            return None
+        held = holders[:granted]
+        slots = self._queues.slots
+        try:
+            batch = await self._backend.runs.claim_due(
+                attrs.evolve(
+                    policy,
+                    limit=granted,
+                    queues=frozenset({config.name}),
+                    preference=_one(policy, granted),
+                )
+            )
+        except BaseException:
+            await asyncio.shield(slots.refund(config.name, held))
+            raise
+        used = len(batch.leases) if isinstance(batch, ClaimBatch) else 0
+        if isinstance(batch, ClaimBatch):
+            for lease, holder in zip(batch.leases, held, strict=False):
+                slots.hold(lease.claim_token, config.name, holder)
+        await slots.refund(config.name, held[used:])
+        return batch
+
+
+def _one(policy: ClaimPolicy, limit: int) -> ClaimClass | None:
+    # the worker's alternating class preference means something for a demand of one only
+    return policy.preference if limit == 1 else None
+
+
+def served_queues(queues: object) -> frozenset[str] | None:
+    """A worker's ``queues`` argument as a set of names (``None``: every queue), or
+    ``InvalidOptions``."""
+    if queues is None:
+        return None
+    if isinstance(queues, str) or not isinstance(queues, Collection) or not queues:
+        raise InvalidOptions(
+            f"queues: expected a non-empty collection of queue names or None, got {queues!r}",
+            phase="queue",
+        )
+    problems = [p for p in (queue_name_problem(name) for name in queues) if p]
+    if problems:
+        raise InvalidOptions("; ".join(problems), phase="queue")
+    return frozenset(cast(Collection[str], queues))
+
+
+async def require_served(view: QueueView, served: frozenset[str] | None) -> None:
+    """Every served queue exists: ``NotFound`` (details ``what=queue``) names the first
+    that does not; ``Unsupported`` on a backend without queues."""
+    if served is None:
+        return
+    store = require_store(view, "serve named queues")
+    for name in sorted(served):
+        found = await store.fetch_queue(name)
+        if isinstance(found, NotFound):
+            raise errors.NotFound(
+                f"no queue {name!r}", phase="queue", details={"what": "queue", "queue": name}
+            )
+
+
+def require_store(view: QueueView, action: str) -> QueueStore:
+    """The queue store, or ``Unsupported`` when the backend does not declare queues."""
+    store = view.store
+    if store is None:
+        raise errors.Unsupported(
+            f"cannot {action}: the backend does not declare the {Feature.QUEUES!s} feature "
+            "named queues, priorities and limits need",
+            phase="queue",
+            details={"feature": str(Feature.QUEUES)},
+        )
+    return store
