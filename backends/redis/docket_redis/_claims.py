@@ -1,8 +1,10 @@
 """``claim_due`` across owner scopes: peek every scope, choose once, take per scope.
 
-Due work sits in each scope's ``ready`` and ``claimed`` sorted sets. ``claim_due``
-reads the oldest candidates of every registered scope (``lua/claim_peek.lua``), chooses
-with the shared ``select_claims`` exactly as the reference does, then leases the chosen
+Due work sits in each scope's ``ready`` and ``claimed`` sorted sets, one pair per lane
+(queue and priority, ``lua/lanes.lua``). ``claim_due`` reads the oldest candidates of
+every registered scope's lanes of the wanted queues (``lua/claim_peek.lua``), chooses
+with the shared ``select_claims`` exactly as the reference does (priority first, from
+the lane each candidate was found in), then leases the chosen
 runs with one atomic ``lua/claim_take.lua`` per scope, which re-checks each candidate.
 If a competing claimer took one in between, the choice is made again for the remaining
 demand (:data:`CLAIM_ROUNDS` at most).
@@ -55,6 +57,11 @@ class _Peek:
     expired: list[Candidate]
 
 
+def _lane_priority(lane: str) -> int:
+    """The priority of a lane ``<queue>:<priority>`` (a queue name may hold ``:``)."""
+    return int(lane.rsplit(":", 1)[1])
+
+
 async def claim_due(
     engine: RedisEngine, kept: ClaimedRunDocuments, policy: ClaimPolicy
 ) -> ClaimBatch | Retryable | Permanent:
@@ -89,29 +96,44 @@ class _Claim:
         self.leases: list[Lease] = []
         self.poisoned: list[PoisonedClaim] = []
         self._taken: set[tuple[str, str]] = set()  # (scope part, run id) settled already
+        self._queues = ["*"] if policy.queues is None else sorted(policy.queues)
+        #: (run id, tenant) -> priority, for candidates found outside a base lane
+        self._priorities: dict[tuple[str, str | None], int] = {}
+
+    def _priority(self, candidate: Candidate) -> int:
+        return self._priorities.get((candidate[1], candidate[2]), 0)
 
     async def peek(self, keys: ScopeKeys, demand: int) -> _Peek:
         reply = await self._engine.eval(
-            "claim_peek", [keys.ready, keys.claimed], [self._now, self._ttl, str(demand)]
+            "claim_peek",
+            [keys.ready, keys.claimed, keys.lanes],
+            [self._now, self._ttl, str(demand), *self._queues],
         )
         tenant = keys.tenant_id
 
-        def candidates(flat: list[Any]) -> list[Candidate]:
-            out: list[Candidate] = []
+        def candidates(flat: list[Any], priority: int, out: list[Candidate]) -> None:
             for member, score in zip(flat[::2], flat[1::2]):
                 run_id = text(member)
                 if (keys.part, run_id) not in self._taken:
                     out.append((from_micros(int(float(text(score)))), run_id, tenant))
-            return out
+                    if priority:
+                        self._priorities[(run_id, tenant)] = priority
 
-        return _Peek(scope=keys, ready=candidates(reply[1]), expired=candidates(reply[2]))
+        peek = _Peek(scope=keys, ready=[], expired=[])
+        candidates(reply[1], 0, peek.ready)
+        candidates(reply[2], 0, peek.expired)
+        for lane, ready, expired in reply[3:]:
+            priority = _lane_priority(text(lane))
+            candidates(ready, priority, peek.ready)
+            candidates(expired, priority, peek.expired)
+        return peek
 
     async def take(self, peeks: Sequence[_Peek], demand: int) -> bool:
         """Lease the chosen candidates; ``True`` when a competitor took some of them."""
         policy = self._policy
         ready = [c for peek in peeks for c in peek.ready]
         expired = [c for peek in peeks for c in peek.expired]
-        chosen = select_claims(ready, expired, demand, policy.preference)
+        chosen = select_claims(ready, expired, demand, policy.preference, self._priority)
         if not chosen:
             return False
         ready_ids = {(c[1], c[2]) for c in ready}

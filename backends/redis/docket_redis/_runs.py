@@ -32,6 +32,7 @@ from docket.contract import (
 from docket.contract.claimed import ClaimedRunDocuments
 from docket.contract.queries import require_abandon_policy, require_run_id, require_run_query
 from docket.records import (
+    DEFAULT_QUEUE,
     CheckpointType,
     OwnerScope,
     Run,
@@ -73,7 +74,8 @@ class RedisRuns:
         scope = self._engine.ns.scope(require_owner(owner))
         key = scope.run(require_run_id(run_id))
         row = await self._engine.eval("read_run", [key], [])
-        data, wake, claimed, attempts, abandons, poisoned, reason, checkpoint = row
+        data, wake, claimed, attempts, abandons, poisoned, reason, checkpoint = row[:8]
+        queue, priority = row[8:10]  # absent: the defaults (every layout-4 run)
         if data is None:
             return NotFound()
         try:
@@ -87,6 +89,8 @@ class RedisRuns:
                 poisoned_at=opt_time(poisoned),
                 poison_reason=None if reason is None else text(reason),
                 latest_checkpoint_type=CheckpointType(text(checkpoint)),
+                queue=DEFAULT_QUEUE if queue is None else text(queue),
+                priority=0 if priority is None else int(text(priority)),
             )
         except (TypeError, ValueError) as exc:
             raise corrupt(f"run {run_id!r} has unreadable operational state: {exc}") from exc

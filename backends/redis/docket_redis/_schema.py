@@ -16,8 +16,10 @@ from docket_redis.errors import SchemaTooNew, SchemaTooOld, corrupt
 #: 2: long run documents in pieces (lua/doc_pieces.lua); 3: durable time — waiting runs
 #: with a wake in the ready zset, sleeping / message-waiting tasks in run documents — and
 #: the schedule keys (see :mod:`docket_redis.keys`); 4: retention indexes (when events
-#: were written, when runs finished) and the feed's commit notices
-SCHEMA_VERSION = 4
+#: were written, when runs finished) and the feed's commit notices; 5: named queues — a
+#: run's queue and priority in its run hash and its lane's ready / claimed zsets
+#: (``lua/lanes.lua``), and the queue ledger (:mod:`docket_redis._queues`)
+SCHEMA_VERSION = 5
 
 
 async def check_schema(engine: RedisEngine) -> None:
@@ -67,11 +69,18 @@ async def migrate(engine: RedisEngine) -> tuple[int | None, int]:
     is idempotent (an interrupted migrate is simply run again). Layout-3 code would
     write runs without those indexes (never pruned) and publish no commit notices, so
     it must refuse the namespace from then on.
+
+    Layout 5 (named queues) rewrites nothing: a run without a queue and priority in its
+    hash is of the default queue at priority 0, whose lane is the scope's own ready /
+    claimed zsets, where layout-4 runs already are — so they stay claimable as they
+    are. Layout-4 code would move a run of another lane into the base zsets (losing
+    its queue) and claim without a queue filter, so it must refuse the namespace.
     """
     found, current = await schema_versions(engine)
     key = engine.ns.schema
     if found is not None and found < SCHEMA_VERSION:
-        await _retention.backfill(engine)
+        if found < 4:
+            await _retention.backfill(engine)
         # Only from the version just read: a concurrent migrate or a newer release
         # leaves the key as it found it.
         await engine.eval("set_layout", [key], [str(found), str(SCHEMA_VERSION)])

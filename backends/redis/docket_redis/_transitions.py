@@ -158,6 +158,8 @@ class RedisTransitions(ValidatedTransitions):
                     token or "",
                     str(len(valid.events)),
                     *_event_args(valid),
+                    valid.queue,  # layout 5: the run's lane (lua/lanes.lua)
+                    str(valid.priority),
                     ns.feed,
                     notice_tail(tenant_id_of(owner), run.id, run.graph_id, run.event_seq),
                 ],

@@ -12,7 +12,8 @@ How it is put together (one module per concern):
   under one hash tag (the exception to the rule below, see :mod:`docket_redis.keys`).
 * :mod:`docket_redis._feed` — the live feed (``streams``): commit notices published by
   the transition scripts, emissions by clients, one subscriber per backend;
-  :mod:`docket_redis._retention` — ``prune`` over the per-scope retention indexes.
+  :mod:`docket_redis._retention` — ``prune`` over the per-scope retention indexes;
+  :mod:`docket_redis._queues` — named queues' configs and slot ledger (one hash tag).
 * :mod:`docket_redis._schema` — the layout version; :mod:`docket_redis._persistence` —
   what each primary does to keep writes; :mod:`docket_redis._documents` — long run
   documents in pieces; :mod:`docket_redis._codec` — script answers and run summaries.
@@ -43,6 +44,7 @@ from docket_redis._events import RedisEvents
 from docket_redis._feed import RedisFeed
 from docket_redis._graphs import RedisGraphs
 from docket_redis._persistence import NodePersistence, read_persistence, warn_durability
+from docket_redis._queues import RedisQueues
 from docket_redis._runs import RedisRuns
 from docket_redis._schedules import RedisSchedules
 from docket_redis._schema import SCHEMA_VERSION
@@ -95,6 +97,7 @@ class RedisBackend:
         self._transitions = RedisTransitions(self._engine)
         self._schedules = RedisSchedules(self._engine)
         self._feed = RedisFeed(self._engine)
+        self._queues = RedisQueues(self._engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> RedisBackend:
@@ -131,6 +134,7 @@ class RedisBackend:
             Feature.SCHEDULES,
             Feature.STREAMS,
             Feature.PRUNE,
+            Feature.QUEUES,
         }
         nodes = self._persistence
         if nodes and all(node.durable for node in nodes):
@@ -160,6 +164,12 @@ class RedisBackend:
         """``ScheduleStore`` (``Feature.SCHEDULES``): every tenant's schedules under one
         hash tag (see :mod:`docket_redis._schedules`)."""
         return self._schedules
+
+    @property
+    def queues(self) -> RedisQueues:
+        """``QueueStore`` (``Feature.QUEUES``): queue configs and the slot ledger under one
+        hash tag (see :mod:`docket_redis._queues`)."""
+        return self._queues
 
     @property
     def feed(self) -> RedisFeed:

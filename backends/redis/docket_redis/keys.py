@@ -29,6 +29,9 @@ key                       type    content
 ``T:ew``                  zset    run_id -> written us of its oldest retained events (4)
 ``T:ew:<run_id>``         zset    ``<first seq>:<last seq>`` -> written us, one per commit (4)
 ``T:fin``                 zset    run_id -> us it last became terminal (4)
+``T:ready:<q>:<p>``       zset    as ``T:ready``, runs of queue q at priority p (5)
+``T:claimed:<q>:<p>``     zset    as ``T:claimed``, runs of queue q at priority p (5)
+``T:lanes``               set     ``<q>:<p>`` of the two above holding a run (5)
 ========================  ======  =====================================================
 
 ``T:ready`` holds every unclaimed run with a wake: running runs, and (layout 3, durable
@@ -66,6 +69,24 @@ spans scopes.
 The **feed** (layout 4, :mod:`docket_redis._feed`) is the channel ``<prefix>:feed``:
 classic ``PUBLISH``, which a Cluster broadcasts to every node, so one subscription on any
 node hears every scope.
+
+**Queues** (layout 5). A run's queue and priority are fields ``q`` and ``p`` of its run
+hash, written at initialize unless they are ``default`` and 0 and never changed after.
+Its *lane* is where it waits: the default queue at priority 0 (so every run written
+before layout 5) uses ``T:ready`` / ``T:claimed`` as ever, any other pair the lane
+zsets above, which every script that moves a run picks from the run hash
+(``lua/lanes.lua``). ``claim_peek`` reads the lanes of the wanted queues (``T:lanes``
+lists them, so a scope with only default runs costs one empty ``SMEMBERS`` more).
+The queue ledger, like schedules, is namespace-wide under one tag
+``Q = {<prefix>:queues}``, so each operation on it is one script on one slot:
+
+========================  ======  =====================================================
+key                       type    content
+========================  ======  =====================================================
+``Q:cfg``                 hash    queue name -> config JSON (``queue_config_to_json``)
+``Q:bucket``              hash    queue name -> ``<tokens> <refilled_at us>``
+``Q:h:<name>``            zset    holder id -> expires_at us (live: score >= now)
+========================  ======  =====================================================
 
 A member is :func:`schedule_member`: ``(id, tenant or "")`` in bytes whose lexical order
 is that tuple's order, the listing order (``ScheduleCursor``); equal ``due_at`` scores
@@ -170,6 +191,7 @@ class Namespace:
         #: held by the one pruner of the namespace running a pass
         self.prune_lock = f"{home}:prune"
         self.schedules = ScheduleKeys(self.escaped)
+        self.queues = QueueKeys(self.escaped)
 
     @property
     def scope_pattern(self) -> str:
@@ -192,6 +214,8 @@ class ScopeKeys:
         self.tag = f"{{{prefix}:{part}}}"
         self.ready = f"{self.tag}:ready"
         self.claimed = f"{self.tag}:claimed"
+        #: the lanes other than (default, 0) whose zsets hold a run (layout 5)
+        self.lanes = f"{self.tag}:lanes"
         self.summaries = f"{self.tag}:sum"
         self.index = f"{self.tag}:ix"
         self.written = f"{self.tag}:ew"
@@ -245,6 +269,20 @@ class ScheduleKeys:
         return f"{self.tag}:ix:{owner_part(owner)}"
 
 
+class QueueKeys:
+    """The keys of every queue of one namespace (layout 5); all share one hash tag."""
+
+    def __init__(self, prefix: str) -> None:
+        self.tag = f"{{{prefix}:queues}}"
+        self.configs = f"{self.tag}:cfg"
+        self.buckets = f"{self.tag}:bucket"
+        #: a queue's holders key is this followed by its name
+        self.holders_head = f"{self.tag}:h:"
+
+    def holders(self, name: str) -> str:
+        return self.holders_head + name
+
+
 def schedule_member(schedule_id: str, tenant_id: str | None) -> bytes:
     """``(schedule_id, tenant_id or "")`` as bytes whose lexical order is the tuple's.
 
@@ -260,6 +298,7 @@ __all__ = [
     "STATUS_ORDER",
     "TIME_KEY_WIDTH",
     "Namespace",
+    "QueueKeys",
     "ScheduleKeys",
     "ScopeKeys",
     "check_prefix",

@@ -81,6 +81,12 @@ SCRIPT_NAMES: Final = (
     "prune_runs",
     "unlock",
     "backfill",
+    "queue_set",
+    "queue_acquire",
+    "queue_renew",
+    "queue_release",
+    "queue_list",
+    "queue_depth",
 )
 #: How a script takes in a shared piece of Lua (``lua/<lib>.lua``): a line of its own.
 _INCLUDE: Final = re.compile(rb"^-- #include (\w+)\n", re.MULTILINE)

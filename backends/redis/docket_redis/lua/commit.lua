@@ -19,11 +19,14 @@
 --      then (piece index, bytes) per changed piece
 --      The last two ARGV: the feed channel and the commit notice's canonical JSON after
 --      its first field (see feed.lua): announced once the commit is written.
+-- The run moves within its own lane (KEYS 5 and 6 are the scope's base zsets; lanes.lua):
+-- a commit never changes a run's queue or priority.
 -- #include doc_pieces
 -- #include feed
 local STATUS_KEY = {running = 8, waiting = 9, done = 10, failed = 11, cancelled = 12}
 
 -- #include clock
+-- #include lanes
 
 local run = KEYS[1]
 local run_id = ARGV[19]
@@ -42,7 +45,7 @@ if recorded then
 end
 -- 4. immutable identity
 local stored = redis.call('HMGET', run, 'graph_id', 'graph_hash', 'started', 'cseq', 'token',
-  'eseq', 'status', 'claimed', 'ord')
+  'eseq', 'status', 'claimed', 'ord', 'q', 'p')
 if not (STATUS_KEY[stored[7]] and STATUS_KEY[ARGV[9]] and stored[9] and tonumber(stored[6])) then
   return {'CORRUPT', 'the stored run lacks its status, order or event sequence'}
 end
@@ -99,6 +102,8 @@ end
 redis.call('HSET', run, 'status', ARGV[9], 'cseq', ARGV[10],
   'eseq', ARGV[11], 'ct', ARGV[12], 'attempts', '0', 'abandons', '0')
 redis.call('HDEL', run, 'poisoned', 'preason')
+local lane = lane_of(stored[10], stored[11])
+local ready, claimed = lane_keys(KEYS[5], KEYS[6], lane)
 local schedule = ARGV[13]
 local wake = nil
 local wake_s = nil
@@ -108,11 +113,11 @@ if schedule == 'retain' then
   if since and since >= now then claimed_s = stored[8] end
   redis.call('HSET', run, 'claimed', claimed_s)
   redis.call('HDEL', run, 'wake')
-  redis.call('ZREM', KEYS[5], run_id)
-  redis.call('ZADD', KEYS[6], claimed_s, run_id)
+  redis.call('ZREM', ready, run_id)
+  redis.call('ZADD', claimed, claimed_s, run_id)
 else
   redis.call('HDEL', run, 'token', 'claimed')
-  redis.call('ZREM', KEYS[6], run_id)
+  redis.call('ZREM', claimed, run_id)
   if schedule == 'immediate' then
     wake, wake_s = now, now_s
   elseif schedule == 'at' then
@@ -120,12 +125,13 @@ else
   end
   if wake then
     redis.call('HSET', run, 'wake', wake_s)
-    redis.call('ZADD', KEYS[5], wake_s, run_id)
+    redis.call('ZADD', ready, wake_s, run_id)
   else
     redis.call('HDEL', run, 'wake')
-    redis.call('ZREM', KEYS[5], run_id)
+    redis.call('ZREM', ready, run_id)
   end
 end
+lane_sync(KEYS[5], KEYS[6], lane)
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 for i = 0, n - 1 do
   local seq = ARGV[21 + 3 * i]

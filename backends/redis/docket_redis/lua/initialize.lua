@@ -16,7 +16,9 @@
 --       9 event_seq   10 started_at us   11 wake_at us   12 now us ('' = server TIME)
 --      13 wake channel   14 index member   15 summary   16 run_id   17 checkpoint type
 --      18 listing order   19 claim token ('' = none)   20 number of events, then
---      (seq, body, digest) per event
+--      (seq, body, digest) per event, then (layout 5) the run's queue and priority
+--      (stored in the run hash unless 'default' and 0; see lanes.lua), then the two
+--      feed arguments
 -- A claim token stores the run as claim_take leases one: held by the token, claimed at
 -- wake_at (in the claimed zset, not the ready one), its first attempt counted, no wake,
 -- and nothing announced (nothing is due).
@@ -27,6 +29,7 @@
 -- #include doc_pieces
 -- #include clock
 -- #include feed
+-- #include lanes
 
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return {'NOT_FOUND_GRAPH'}
@@ -60,16 +63,23 @@ redis.call('HSET', KEYS[2],
   'abandons', '0', 'ct', ARGV[17], 'ord', order, unpack(due))
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
 local n = tonumber(ARGV[20])
+local queue, priority = ARGV[21 + 3 * n], ARGV[22 + 3 * n]
+local lane = lane_of(queue, priority)
+if lane ~= '' then
+  redis.call('HSET', KEYS[2], 'q', queue, 'p', priority)
+end
 for i = 0, n - 1 do
   local seq = ARGV[21 + 3 * i]
   redis.call('HSET', KEYS[4], seq, ARGV[22 + 3 * i], 'd' .. seq, ARGV[23 + 3 * i])
   redis.call('ZADD', KEYS[5], seq, seq)
 end
+local ready, claimed = lane_keys(KEYS[6], KEYS[12], lane)
 if token == '' then
-  redis.call('ZADD', KEYS[6], ARGV[11], ARGV[16])
+  redis.call('ZADD', ready, ARGV[11], ARGV[16])
 else
-  redis.call('ZADD', KEYS[12], ARGV[11], ARGV[16])
+  redis.call('ZADD', claimed, ARGV[11], ARGV[16])
 end
+lane_sync(KEYS[6], KEYS[12], lane)
 redis.call('HSET', KEYS[7], ARGV[16], order .. '|' .. ARGV[15])
 for k = 8, 11 do
   redis.call('ZADD', KEYS[k], 0, ARGV[14])

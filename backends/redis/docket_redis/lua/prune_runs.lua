@@ -9,7 +9,8 @@
 --       graph_hash, started us — as prune_peek read them — and its index member
 -- A run is deleted only when it is still terminal, still as read (its keys were named
 -- from that), and ended before the cut: a run reopened meanwhile is left alone. Answers
--- the number of runs deleted.
+-- the number of runs deleted. A run is taken out of its own lane's zsets (lanes.lua).
+-- #include lanes
 local TERMINAL = {done = true, failed = true, cancelled = true}
 local deleted = 0
 local runs = (#ARGV - 1) / 6
@@ -18,15 +19,19 @@ for i = 0, runs - 1 do
   local k = 7 + 8 * i
   local run_id = ARGV[a]
   local ended = redis.call('ZSCORE', KEYS[1], run_id)
-  local row = redis.call('HMGET', KEYS[k], 'status', 'graph_id', 'graph_hash', 'started')
+  local row = redis.call('HMGET', KEYS[k], 'status', 'graph_id', 'graph_hash', 'started',
+    'q', 'p')
   if ended and tonumber(ended) < tonumber(ARGV[1]) and TERMINAL[row[1]]
       and row[1] == ARGV[a + 1] and row[2] == ARGV[a + 2] and row[3] == ARGV[a + 3]
       and row[4] == ARGV[a + 4] then
     redis.call('DEL', KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4])
     redis.call('ZREM', KEYS[1], run_id)
     redis.call('ZREM', KEYS[2], run_id)
-    redis.call('ZREM', KEYS[3], run_id)
-    redis.call('ZREM', KEYS[4], run_id)
+    local lane = lane_of(row[5], row[6])
+    local ready, claimed = lane_keys(KEYS[3], KEYS[4], lane)
+    redis.call('ZREM', ready, run_id)
+    redis.call('ZREM', claimed, run_id)
+    lane_sync(KEYS[3], KEYS[4], lane)
     redis.call('HDEL', KEYS[5], run_id)
     local member = ARGV[a + 5]
     redis.call('ZREM', KEYS[6], member)

@@ -1,9 +1,10 @@
 -- retry_poisoned_run: clear a poisoned run's poison and counters; due now.
 --
--- KEYS  1 run   2 ready zset   3 claimed zset
+-- KEYS  1 run   2 ready zset   3 claimed zset (the scope's base ones: lanes.lua)
 -- ARGV  1 now us ('' = server TIME)   2 run_id   3 wake channel
 -- #include doc_pieces
 -- #include clock
+-- #include lanes
 
 local stored = redis.call('HMGET', KEYS[1], 'cseq', 'status', 'poisoned')  -- cseq: it exists
 if not stored[1] then
@@ -19,7 +20,10 @@ end
 local _, now_s = clock(ARGV[1])
 redis.call('HDEL', KEYS[1], 'poisoned', 'preason', 'token', 'claimed')
 redis.call('HSET', KEYS[1], 'attempts', '0', 'abandons', '0', 'wake', now_s)
-redis.call('ZREM', KEYS[3], ARGV[2])
-redis.call('ZADD', KEYS[2], now_s, ARGV[2])
+local lane = run_lane(KEYS[1])
+local ready, claimed = lane_keys(KEYS[2], KEYS[3], lane)
+redis.call('ZREM', claimed, ARGV[2])
+redis.call('ZADD', ready, now_s, ARGV[2])
+lane_sync(KEYS[2], KEYS[3], lane)
 redis.call('PUBLISH', ARGV[3], 'due')
 return {'OK', read_doc(KEYS[1])}
