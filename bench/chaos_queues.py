@@ -156,11 +156,12 @@ class QueueLoad:
         for _, run_id, _outcome, worker, began, ended in read_lines(directory, "lost"):
             lost[(run_id, worker)].append((float(began) - DRAIN_SLACK, float(ended) + DRAIN_SLACK))
         spans = _spans(directory, killed, lost)
-        overlaps, peak = overlapping(spans, LIMIT)
+        overlaps, peak, first = overlapping(spans, LIMIT)
         if overlaps:
             problems.append(
                 f"queue {QUEUE} limited to {LIMIT} ran {peak} executions at once "
-                f"({overlaps} moments over the limit)"
+                f"({overlaps} moments over the limit; first: {', '.join(first)}; "
+                f"killed: {killed})"
             )
         held = self.slots_back(claim_ttl)
         if held:
@@ -172,13 +173,14 @@ def _spans(
     directory: Path,
     killed: dict[str, float],
     lost: dict[tuple[str, str], list[tuple[float, float]]],
-) -> list[tuple[float, float]]:
-    """Each execution's (start, end) from the queue logs, as the module docstring says."""
+) -> list[tuple[float, float, str]]:
+    """Each execution's (start, end, who: run, attempt, worker) from the queue logs, as
+    the module docstring says."""
     begun: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
     ended: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
     for kind, run, task, attempt, worker, when in read_lines(directory, "queue"):
         (begun if kind == "qbegin" else ended)[(run, task, attempt, worker)].append(float(when))
-    spans: list[tuple[float, float]] = []
+    spans: list[tuple[float, float, str]] = []
     for key, starts in begun.items():
         run, _, _, worker = key
         ends = sorted(ended.get(key, []))
@@ -191,18 +193,31 @@ def _spans(
                 end = killed.get(worker, float("inf"))
             if any(b <= start <= e for b, e in lost.get((run, worker), [])):
                 continue  # its claim (and slot) was taken from its drain
-            spans.append((start, end))
+            spans.append((start, end, f"{run}#{key[2]}@{worker}"))
     return spans
 
 
-def overlapping(spans: list[tuple[float, float]], limit: int) -> tuple[int, int]:
-    """(moments more than ``limit`` ran at once, the most at once). An execution that
-    ends when another starts does not overlap it."""
-    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    running = peak = over = 0
-    for _, step in edges:
-        running += step
-        if step > 0 and running > limit:
+def overlapping(spans: list[tuple[float, float, str]], limit: int) -> tuple[int, int, list[str]]:
+    """(moments more than ``limit`` ran at once, the most at once, the executions running
+    at the first such moment). An execution that ends when another starts does not
+    overlap it."""
+    edges = sorted(
+        [(s, 1, i) for i, (s, _, _) in enumerate(spans)]
+        + [(e, -1, i) for i, (_, e, _) in enumerate(spans)]
+    )
+    running: set[int] = set()
+    peak = over = 0
+    first: list[str] = []
+    for _, step, index in edges:
+        if step < 0:
+            running.discard(index)
+            continue
+        running.add(index)
+        if len(running) > limit:
             over += 1
-        peak = max(peak, running)
-    return over, peak
+            if not first:
+                first = [
+                    f"{spans[i][2]} {spans[i][0]:.3f}..{spans[i][1]:.3f}" for i in sorted(running)
+                ]
+        peak = max(peak, len(running))
+    return over, peak, first
