@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
+import attrs
+
 from docket._facade_args import MAX_PAGE, require_id, require_limit
 from docket._facade_children import require_runnable_children
 from docket._facade_spans import lifecycle
@@ -191,6 +193,11 @@ class HistoryMethods:
         if isinstance(moment, core.CoreError):
             raise from_core(moment)
         proposal = init_proposal(moment, transition_id=self._ids("transition"))
+        if Feature.QUEUES in self.capabilities.features:
+            # the fork waits in the source's queue, at its priority (kept beside the run)
+            info = await self._store.runs.inspect_run(owner, run_id)
+            if not isinstance(info, contract.NotFound):
+                proposal = attrs.evolve(proposal, queue=info.queue, priority=info.priority)
         write = functools.partial(
             self._store.transitions.initialize, owner, proposal, moment.events
         )

@@ -292,9 +292,11 @@ class ScheduleMethods:
         if isinstance(result, Run):
             return result
         if isinstance(result, StartProblem):
-            kind = {"missing": NotFound, "invalid_input": InvalidInput}.get(
-                result.kind, InvalidGraph
-            )
+            kind = {
+                "missing": NotFound,
+                "unknown_queue": NotFound,
+                "invalid_input": InvalidInput,
+            }.get(result.kind, InvalidGraph)
             raise kind(f"schedule {schedule_id!r} cannot start a run: {result.message}")
         raise from_contract(result, subject=f"run {run_id!r}")
 

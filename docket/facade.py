@@ -91,6 +91,7 @@ from docket.graph.model import Graph
 from docket.graph.nodes import NodeRegistry
 from docket.graph.wire import GraphLoadError
 from docket.records import (
+    DEFAULT_QUEUE,
     SYSTEM,
     TENANTLESS,
     Event,
@@ -485,7 +486,7 @@ class Docket(
         proposal = init_proposal(moment, transition_id=self._ids("transition"))
         if later is not None:  # a delayed start: due at its time, never started eagerly
             proposal = attrs.evolve(proposal, wake_at=later)
-        if chosen is not None:
+        if chosen is not None and chosen != (DEFAULT_QUEUE, 0):
             proposal = attrs.evolve(proposal, queue=chosen[0], priority=chosen[1])
         eager = None if later is not None else self._eager_slot(proposal.queue)
         slot = None

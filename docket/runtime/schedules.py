@@ -33,6 +33,7 @@ from docket.core.moment import Moment, Terminated
 from docket.core.proposals import init_proposal
 from docket.graph.compiler import RuntimeGraph
 from docket.records import (
+    DEFAULT_QUEUE,
     SCHEDULE_KEY,
     TENANTLESS,
     CronSchedule,
@@ -51,6 +52,7 @@ from docket.runtime.lifecycle import (
     commit,
     stamp_clock,
 )
+from docket.runtime.queues import QueueView, run_queue, uses_queues
 from docket.schedules import parse_cron, run_id_for, schedule_metadata, step
 from docket.settings import Settings
 from docket.telemetry import Telemetry, stamp_logger
@@ -242,6 +244,12 @@ class ScheduleTicker:
         if isinstance(moment, CoreError):
             return StartProblem("invalid_input", moment.message)
         proposal = init_proposal(moment, transition_id=self._ids("transition"))
+        queue, priority = run_queue(rtg, None, None)  # the graph's policies, if any
+        if uses_queues(queue, priority):
+            problem = await self._queue_problem(queue)
+            if problem is not None:
+                return problem
+            proposal = attrs.evolve(proposal, queue=queue, priority=priority)
 
         write = functools.partial(
             self._backend.transitions.initialize, owner, proposal, moment.events
@@ -253,6 +261,18 @@ class ScheduleTicker:
         if isinstance(stored, Conflict | Retryable):
             return stored
         return StartProblem("refused", f"the store refused run {run_id!r}: {stored!r}")
+
+    async def _queue_problem(self, queue: str) -> StartProblem | None:
+        """Why a tick cannot start a run in ``queue`` (the graph's policy), or ``None``."""
+        view = QueueView(self._backend, refresh=0.0)
+        store = view.store
+        if store is None:
+            return StartProblem(
+                "unsupported", f"the graph names queue {queue!r}; the backend has no queues"
+            )
+        if queue != DEFAULT_QUEUE and isinstance(await store.fetch_queue(queue), NotFound):
+            return StartProblem("unknown_queue", f"no queue {queue!r}")
+        return None
 
     def _tell(self, moment: Moment, owner: OwnerScope) -> None:
         checkpoint = moment.checkpoint()
