@@ -7,8 +7,9 @@ runs of the policy's queues. The two claim indexes (schema version 5) are keyed
 priority)`` pairs that hold rows of the class, highest priority first within a queue, and
 takes each pair's oldest eligible rows, moving to the next queue once one has ``limit``.
 Every step is one index seek: a pair without eligible rows (only later wakes, say) costs a
-seek, never a scan of its rows. With every run in "default" at priority 0 a class costs
-three seeks (the pair, its rows, the step that finds no further pair).
+seek, never a scan of its rows. The common case, a class whose rows all sit in one pair
+(every run in "default" at priority 0), is found by one statement reading the class's
+first and last index entries and then reads that pair's rows directly.
 
 The union over queues is at most ``limit`` rows a queue; ``select_claims`` orders it.
 """
@@ -22,7 +23,7 @@ from typing import Final
 
 import attrs
 
-from docket.records import MAX_PRIORITY, MIN_PRIORITY
+from docket.records import MAX_PRIORITY
 from docket.values import from_micros
 from docket_sqlite._rows import tenant_of
 
@@ -39,17 +40,29 @@ _Take = Callable[[str, int, int], int]
 
 @attrs.frozen
 class _Statements:
-    pair_below: str  # the greatest (queue, priority) pair below a bound, every queue
+    span: str  # the class's first and last (queue, priority) pairs, in one statement
+    queue_span: str  # one queue's lowest and highest priority, likewise
+    queue_below: str  # the greatest queue name below a bound
     priority_below: str  # a queue's greatest priority below a bound
     rows: str  # a pair's eligible rows, oldest first
 
 
 def _statements(where: str, column: str, op: str) -> _Statements:
+    # single-column bounds on the index's leading columns: SQLite seeks to them (the
+    # min/max optimisation); a row-value bound ``(queue, priority) < (?, ?)`` scanned
+    # every entry of the bound's own queue backwards, a whole backlog per step
+    def edges(columns: str, queue: str = "") -> str:
+        # the first and the last index entry of the class (two rows, or none), each one
+        # index edge and one table lookup for the partial index's own terms
+        one = f"SELECT {columns} FROM docket_runs WHERE {where}{queue} ORDER BY queue{{}}, "
+        one += "priority{} LIMIT 1"
+        low, high = one.format("", ""), one.format(" DESC", " DESC")
+        return f"SELECT * FROM ({low}) UNION ALL SELECT * FROM ({high})"
+
     return _Statements(
-        pair_below=(
-            f"SELECT queue, priority FROM docket_runs WHERE {where} AND (queue, priority) < (?, ?) "
-            "ORDER BY queue DESC, priority DESC LIMIT 1"
-        ),
+        span=edges("queue, priority"),
+        queue_span=edges("priority", " AND queue = ?1"),
+        queue_below=f"SELECT max(queue) FROM docket_runs WHERE {where} AND queue < ?",
         priority_below=(
             f"SELECT max(priority) FROM docket_runs WHERE {where} AND queue = ? AND priority < ?"
         ),
@@ -99,10 +112,24 @@ def candidates(
             out.append((from_micros(int(at)), str(run_id), tenant_of(str(tenant))))
         return len(rows)
 
+    # the common case, one (queue, priority) pair in the class: the span and the pair's
+    # rows, one statement more than before schema 5
     if queues is None:
-        _walk_every_queue(conn, statements, limit, take)
-    else:
-        for queue in sorted(queues):
+        pairs = conn.execute(statements.span).fetchall()
+        if not pairs:
+            return out
+        if pairs[0] == pairs[-1]:
+            take(str(pairs[0][0]), int(pairs[0][1]), limit)
+        else:
+            _walk_every_queue(conn, statements, limit, take)
+        return out
+    for queue in sorted(queues):
+        levels = conn.execute(statements.queue_span, (queue,)).fetchall()
+        if not levels:
+            continue
+        if levels[0] == levels[-1]:
+            take(queue, int(levels[0][0]), limit)
+        else:
             _walk_queue(conn, statements, queue, limit, take)
     return out
 
@@ -110,17 +137,13 @@ def candidates(
 def _walk_every_queue(
     conn: sqlite3.Connection, statements: _Statements, limit: int, take: _Take
 ) -> None:
-    queue, below, got = _TOP_QUEUE, MAX_PRIORITY + 1, 0
+    queue = _TOP_QUEUE
     while True:
-        pair = conn.execute(statements.pair_below, (queue, below)).fetchone()
-        if pair is None:
+        found = conn.execute(statements.queue_below, (queue,)).fetchone()[0]
+        if found is None:
             return
-        if pair[0] != queue:
-            got = 0  # a new queue: it gets its own ``limit``
-        queue, priority = str(pair[0]), int(pair[1])
-        got += take(queue, priority, limit - got)
-        # a full queue skips its lower priorities
-        below = MIN_PRIORITY - 1 if got >= limit else priority
+        queue = str(found)
+        _walk_queue(conn, statements, queue, limit, take)
 
 
 def _walk_queue(

@@ -355,14 +355,18 @@ def test_claim_and_list_queries_use_their_indexes(tmp_path: Path) -> None:
         conn.execute("ANALYZE")
         # schema 5: a claim reads each class by (queue, priority) pair, one seek a step
         for statements, index in ((_READY, "docket_runs_due"), (_EXPIRED, "docket_runs_claimed")):
-            for sql, params in (
-                (statements.rows, ("default", 0, 1, 5)),
-                (statements.pair_below, ("default", 101)),
-                (statements.priority_below, ("default", 101)),
+            for sql, params, seeks in (
+                (statements.rows, ("default", 0, 1, 5), True),
+                (statements.queue_below, ("default",), True),
+                (statements.priority_below, ("default", 101), True),
+                # the index's first and last entries: ordered reads stopped by LIMIT 1
+                (statements.span, (), False),
+                (statements.queue_span, ("default",), True),
             ):
                 plan = _plan(conn, sql, params)
                 assert f"INDEX {index}" in plan and "TEMP B-TREE" not in plan, plan
-                assert "SCAN" not in plan, plan
+                assert plan.count(f"INDEX {index}") == (2 if "UNION" in plan else 1), plan
+                assert not seeks or "SCAN docket_runs" not in plan, plan
         cursor = RunCursor(T0, "run-9")
         cases: dict[str, tuple[Scope, RunListQuery]] = {
             "docket_runs_by_owner": (Tenant("a"), RunListQuery(limit=10)),

@@ -119,6 +119,7 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.SCHEDULES,
         Feature.PRUNE,
         Feature.STREAMS,
+        Feature.QUEUES,
     }
     normal = SQLiteBackend(tmp_path / "normal.db", synchronous="NORMAL")
     assert negotiate(normal).features == {
@@ -131,6 +132,7 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.SCHEDULES,
         Feature.PRUNE,
         Feature.STREAMS,
+        Feature.QUEUES,
     }
     memory = SQLiteBackend(":memory:")
     assert negotiate(memory).features == {
@@ -142,5 +144,6 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.SCHEDULES,
         Feature.PRUNE,
         Feature.STREAMS,
+        Feature.QUEUES,
     }
     assert memory.path is None
