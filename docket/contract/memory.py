@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import assert_never
 
-import attrs
-
 from docket.clock import system_clock
 from docket.contract.capabilities import Capabilities, Feature, Limits
 from docket.contract.errors import (
@@ -51,6 +49,8 @@ from docket.contract.errors import (
 )
 from docket.contract.feed import FeedHub
 from docket.contract.memory_queues import MemoryQueues
+from docket.contract.memory_retention import prune_rows
+from docket.contract.memory_rows import MemoryGraphRow, MemoryRow
 from docket.contract.memory_schedules import MemorySchedules
 from docket.contract.proposals import (
     AbandonPolicy,
@@ -98,7 +98,6 @@ from docket.contract.validate import (
     validate_initialize_claimed,
 )
 from docket.records import (
-    DEFAULT_QUEUE,
     CheckpointType,
     Event,
     EventPage,
@@ -109,7 +108,6 @@ from docket.records import (
     Run,
     RunInfo,
     RunPage,
-    RunStatus,
     RunSummary,
     Scope,
     event_from_json,
@@ -126,41 +124,11 @@ from docket.records import (
 )
 from docket.values import JSONDict, utc
 
+_Row = MemoryRow  # the kit's mutants subclass against this name
+_GraphRow = MemoryGraphRow
+
 #: The run statuses claim_due may take (a waiting one only by its wake or expired claim).
 _CLAIMABLE = frozenset({"running", "waiting"})
-
-
-@attrs.define
-class _Row:
-    """One stored run: its document (as bytes), operational state, events, transitions."""
-
-    tenant: str | None
-    run_json: bytes
-    run: Run  # decoded once at write time; never handed out
-    latest_checkpoint_type: CheckpointType
-    wake_at: datetime | None = None
-    claim_token: str | None = None
-    claimed_at: datetime | None = None
-    claim_attempts: int = 0
-    claim_abandons: int = 0
-    poisoned_at: datetime | None = None
-    poison_reason: str | None = None
-    queue: str = DEFAULT_QUEUE
-    priority: int = 0
-    transitions: dict[str, str] = attrs.Factory(dict)
-    events: dict[int, tuple[bytes, bytes]] = attrs.Factory(dict)  # seq -> (json, content)
-    event_times: dict[int, datetime] = attrs.Factory(dict)  # seq -> written at (retention)
-    ended_at: datetime | None = None  # when it last became terminal (retention)
-
-    @property
-    def poisoned(self) -> bool:
-        return self.poisoned_at is not None
-
-
-@attrs.define
-class _GraphRow:
-    data: bytes
-    published_at: datetime
 
 
 class MemoryBackend:
@@ -494,16 +462,7 @@ class MemoryBackend:
         """``list_queues``' depth: the queue's unclaimed running runs due now."""
         now = self._now(None)
         with self._lock:
-            return sum(
-                1
-                for row in self._runs.values()
-                if row.queue == queue
-                and row.run.status is RunStatus.RUNNING
-                and row.claim_token is None
-                and not row.poisoned
-                and row.wake_at is not None
-                and row.wake_at <= now
-            )
+            return sum(1 for row in self._runs.values() if row.queue == queue and row.due(now))
 
     def _lease(self, row: _Row, now: datetime, policy: ClaimPolicy) -> Lease:
         row.claim_token = self._new_token()
@@ -624,28 +583,7 @@ class MemoryBackend:
         event_age, run_age, batch_size = require_prune_args(event_age, run_age, batch_size)
         moment = self._now(now)
         with self._lock:
-            events: list[tuple[datetime, _Row, int]] = []
-            if event_age is not None:
-                events = [
-                    (written, row, seq)
-                    for row in self._runs.values()
-                    for seq, written in row.event_times.items()
-                    if written < moment - event_age
-                ]
-                events = sorted(events, key=lambda doomed: doomed[0])[:batch_size]
-                for _, row, seq in events:
-                    del row.events[seq], row.event_times[seq]
-            runs: list[tuple[datetime, tuple[str | None, str]]] = []
-            if run_age is not None:
-                runs = [
-                    (row.ended_at, key)
-                    for key, row in self._runs.items()
-                    if row.ended_at is not None and row.ended_at < moment - run_age
-                ]
-                runs = sorted(runs, key=lambda doomed: doomed[0])[:batch_size]
-                for _, key in runs:
-                    del self._runs[key]
-        return PruneResult(ran=True, events=len(events), runs=len(runs))
+            return prune_rows(self._runs, moment, event_age, run_age, batch_size)
 
     # -- transitions --------------------------------------------------------------------
 
