@@ -104,7 +104,6 @@ REQUIRED_FUNCTIONS: Final = (
     "feed_notice",
     "initialize_queued_run",
     "initialize_queued_runs",
-    "claim_level",
 )
 
 assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))

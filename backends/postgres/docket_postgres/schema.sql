@@ -2358,28 +2358,6 @@ ALTER FUNCTION "docket".initialize_queued_runs(text[], text[], text[], text[], t
 
 DROP FUNCTION "docket".claim_due(integer, interval, integer, text, timestamptz, boolean);
 
-CREATE FUNCTION "docket".claim_level(p_below integer, p_queues text[])
-RETURNS integer LANGUAGE plpgsql STABLE AS $fn$
-DECLARE
-    v_queues text[] COLLATE "C" := p_queues;
-BEGIN
-    IF v_queues IS NULL THEN
-        RETURN (SELECT r.priority FROM "docket".live r
-                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
-                  AND r.wake_at IS NOT NULL AND r.priority < p_below
-                ORDER BY r.priority DESC LIMIT 1);
-    END IF;
-    RETURN (SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
-            CROSS JOIN LATERAL (
-                SELECT r.priority FROM "docket".live r
-                WHERE r.queue = q.name AND r.poisoned_at IS NULL AND r.claim_token IS NULL
-                  AND r.wake_at IS NOT NULL AND r.priority < p_below
-                ORDER BY r.priority DESC LIMIT 1) x);
-END
-$fn$;
-
-ALTER FUNCTION "docket".claim_level(integer, text[]) SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off;
-
 CREATE FUNCTION "docket".claim_due(
     p_limit integer, p_ttl interval, p_max_attempts integer, p_preference text,
     p_now timestamptz, p_fair boolean, p_queues text[] DEFAULT NULL)
@@ -2394,7 +2372,6 @@ DECLARE
     v_queues text[] COLLATE "C" := p_queues;
     -- a claim for one queue (a limited queue's) reads one range of live_due_by_queue
     v_one text COLLATE "C" := CASE WHEN cardinality(p_queues) = 1 THEN p_queues[1] END;
-    v_level integer;
     -- the ready stream: its level (priority), its peeked head and its cursor
     r_level integer;
     r_has boolean;
@@ -2456,51 +2433,108 @@ BEGIN
               AND r.claim_token IS NOT NULL AND r.claimed_at < v_cutoff
               AND (v_queues IS NULL OR r.queue = ANY(v_queues))) THEN
         -- no expired claim: the first ready runs no one holds, highest level first, in
-        -- the general order within a level
-        v_level := "docket".claim_level(32767, v_queues);
-        WHILE v_level IS NOT NULL LOOP
-            IF v_one IS NULL THEN
-                FOR f IN
-                    SELECT r.tenant, r.run_id, r.wake_at, r.claim_attempts
+        -- the general order within a level (the levels walked lazily, as rows are taken)
+        IF v_one IS NULL THEN
+            FOR f IN
+                WITH RECURSIVE lv(p) AS (
+                    SELECT CASE WHEN v_queues IS NULL THEN (
+                SELECT r.priority FROM "docket".live r
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < 32767
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM "docket".live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < 32767
+                    ORDER BY r.priority DESC LIMIT 1) x) END
+                    UNION ALL
+                    SELECT CASE WHEN v_queues IS NULL THEN (
+                SELECT r.priority FROM "docket".live r
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < lv.p
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM "docket".live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < lv.p
+                    ORDER BY r.priority DESC LIMIT 1) x) END
+                    FROM lv WHERE lv.p IS NOT NULL)
+                SELECT x.tenant, x.run_id, x.wake_at, x.claim_attempts, x.priority
+                FROM lv CROSS JOIN LATERAL (
+                    SELECT r.tenant, r.run_id, r.wake_at, r.claim_attempts, r.priority
                     FROM "docket".live r
-                    WHERE r.priority = v_level AND r.poisoned_at IS NULL
+                    WHERE r.priority = lv.p AND r.poisoned_at IS NULL
                       AND r.claim_token IS NULL AND r.wake_at <= v_now
                     ORDER BY r.wake_at, r.run_id, r.tenant
-                    LIMIT p_limit - cardinality(c_id)
-                    FOR UPDATE SKIP LOCKED
-                LOOP
-                    c_tenant := array_append(c_tenant, f.tenant);
-                    c_id := array_append(c_id, f.run_id);
-                    c_at := array_append(c_at, f.wake_at);
-                    c_attempts := array_append(c_attempts, f.claim_attempts);
-                    c_prio := array_append(c_prio, v_level);
-                END LOOP;
-            ELSE
-                FOR f IN
-                    SELECT r.tenant, r.run_id, r.wake_at, r.claim_attempts
+                    FOR UPDATE SKIP LOCKED) x
+                LIMIT p_limit
+            LOOP
+                c_tenant := array_append(c_tenant, f.tenant);
+                c_id := array_append(c_id, f.run_id);
+                c_at := array_append(c_at, f.wake_at);
+                c_attempts := array_append(c_attempts, f.claim_attempts);
+                c_prio := array_append(c_prio, f.priority::integer);
+            END LOOP;
+        ELSE
+            FOR f IN
+                WITH RECURSIVE lv(p) AS (
+                    SELECT CASE WHEN v_queues IS NULL THEN (
+                SELECT r.priority FROM "docket".live r
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < 32767
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM "docket".live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < 32767
+                    ORDER BY r.priority DESC LIMIT 1) x) END
+                    UNION ALL
+                    SELECT CASE WHEN v_queues IS NULL THEN (
+                SELECT r.priority FROM "docket".live r
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < lv.p
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM "docket".live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < lv.p
+                    ORDER BY r.priority DESC LIMIT 1) x) END
+                    FROM lv WHERE lv.p IS NOT NULL)
+                SELECT x.tenant, x.run_id, x.wake_at, x.claim_attempts, x.priority
+                FROM lv CROSS JOIN LATERAL (
+                    SELECT r.tenant, r.run_id, r.wake_at, r.claim_attempts, r.priority
                     FROM "docket".live r
-                    WHERE r.queue = v_one AND r.priority = v_level AND r.poisoned_at IS NULL
+                    WHERE r.queue = v_one AND r.priority = lv.p AND r.poisoned_at IS NULL
                       AND r.claim_token IS NULL AND r.wake_at <= v_now
                     ORDER BY r.wake_at, r.run_id, r.tenant
-                    LIMIT p_limit - cardinality(c_id)
-                    FOR UPDATE SKIP LOCKED
-                LOOP
-                    c_tenant := array_append(c_tenant, f.tenant);
-                    c_id := array_append(c_id, f.run_id);
-                    c_at := array_append(c_at, f.wake_at);
-                    c_attempts := array_append(c_attempts, f.claim_attempts);
-                    c_prio := array_append(c_prio, v_level);
-                END LOOP;
-            END IF;
-            EXIT WHEN cardinality(c_id) >= p_limit;
-            v_level := "docket".claim_level(v_level, v_queues);
-        END LOOP;
+                    FOR UPDATE SKIP LOCKED) x
+                LIMIT p_limit
+            LOOP
+                c_tenant := array_append(c_tenant, f.tenant);
+                c_id := array_append(c_id, f.run_id);
+                c_at := array_append(c_at, f.wake_at);
+                c_attempts := array_append(c_attempts, f.claim_attempts);
+                c_prio := array_append(c_prio, f.priority::integer);
+            END LOOP;
+        END IF;
     END IF;
     FOR v_pass IN 1 .. 3 LOOP
         EXIT WHEN cardinality(c_id) > 0;  -- the fast path above found work
         r_has := false;
-        r_level := "docket".claim_level(32767, v_queues);
-        r_end := r_level IS NULL;
+        r_end := false;
+        r_level := 32767;  -- above every level: not started
         rc_at := '-infinity'; rc_id := ''; rc_tenant := '';
         f_n := NULL;
         e_has := false; e_end := false;
@@ -2508,8 +2542,75 @@ BEGIN
         s_tenant := '{}'; s_id := '{}';
         LOOP
             EXIT WHEN cardinality(c_id) >= p_limit;
-            IF NOT r_has AND NOT r_end THEN
+            IF NOT r_has AND NOT r_end AND NOT p_fair AND v_queues IS NULL THEN
+                -- the next head after the cursor, at its level or any level below
+                WITH RECURSIVE lv(p) AS (
+                    SELECT CASE WHEN v_queues IS NULL THEN (
+                SELECT r.priority FROM "docket".live r
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < r_level + 1
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM "docket".live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < r_level + 1
+                    ORDER BY r.priority DESC LIMIT 1) x) END
+                    UNION ALL
+                    SELECT CASE WHEN v_queues IS NULL THEN (
+                SELECT r.priority FROM "docket".live r
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < lv.p
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM "docket".live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < lv.p
+                    ORDER BY r.priority DESC LIMIT 1) x) END
+                    FROM lv WHERE lv.p IS NOT NULL)
+                SELECT x.priority, x.wake_at, x.run_id, x.tenant
+                INTO v_prio, r_at, r_id, r_tenant
+                FROM lv CROSS JOIN LATERAL (
+                    SELECT r.priority, r.wake_at, r.run_id, r.tenant FROM "docket".live r
+                    WHERE r.priority = lv.p AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at <= v_now
+                      AND (r.wake_at, r.run_id, r.tenant) > (
+                          CASE WHEN lv.p = r_level THEN rc_at ELSE '-infinity' END,
+                          CASE WHEN lv.p = r_level THEN rc_id ELSE '' END,
+                          CASE WHEN lv.p = r_level THEN rc_tenant ELSE '' END)
+                    ORDER BY r.wake_at, r.run_id, r.tenant LIMIT 1) x
+                LIMIT 1;
+                r_has := FOUND;
+                r_end := NOT FOUND;
+                IF FOUND THEN
+                    r_level := v_prio;
+                END IF;
+            ELSIF NOT r_has AND NOT r_end THEN
+                IF r_level = 32767 THEN
+                    r_level := CASE WHEN v_queues IS NULL THEN (
+                SELECT r.priority FROM "docket".live r
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < 32767
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM "docket".live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < 32767
+                    ORDER BY r.priority DESC LIMIT 1) x) END;
+                END IF;
                 LOOP  -- the level's next head, else the next level down
+                    IF r_level IS NULL THEN
+                        r_end := true;
+                        EXIT;
+                    END IF;
                     IF p_fair THEN
                         IF f_n IS NULL THEN
                             -- the level's tenants with due work, one probe per tenant
@@ -2569,14 +2670,6 @@ BEGIN
                             f_live := f_live - 1;
                             f_pos := f_pos + 1;
                         END LOOP;
-                    ELSIF v_queues IS NULL THEN
-                        SELECT r.wake_at, r.run_id, r.tenant INTO r_at, r_id, r_tenant
-                        FROM "docket".live r
-                        WHERE r.priority = r_level AND r.poisoned_at IS NULL
-                          AND r.claim_token IS NULL AND r.wake_at <= v_now
-                          AND (r.wake_at, r.run_id, r.tenant) > (rc_at, rc_id, rc_tenant)
-                        ORDER BY r.wake_at, r.run_id, r.tenant LIMIT 1;
-                        r_has := FOUND;
                     ELSE
                         -- each queue's head at this level, the first of them
                         SELECT x.wake_at, x.run_id, x.tenant INTO r_at, r_id, r_tenant
@@ -2591,11 +2684,19 @@ BEGIN
                         r_has := FOUND;
                     END IF;
                     EXIT WHEN r_has;
-                    r_level := "docket".claim_level(r_level, v_queues);
-                    IF r_level IS NULL THEN
-                        r_end := true;
-                        EXIT;
-                    END IF;
+                    r_level := CASE WHEN v_queues IS NULL THEN (
+                SELECT r.priority FROM "docket".live r
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < r_level
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM "docket".live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < r_level
+                    ORDER BY r.priority DESC LIMIT 1) x) END;
                     rc_at := '-infinity'; rc_id := ''; rc_tenant := '';
                     f_n := NULL;
                 END LOOP;
@@ -2701,26 +2802,52 @@ BEGIN
             END IF;
         END LOOP;
         EXIT WHEN cardinality(c_id) > 0;
-        -- nothing at all: is anything due in either class? (expired first: a run leaves
-        -- that class only for the ready one; a level walk per ready level)
-        v_any := EXISTS (
-            SELECT 1 FROM "docket".live r
-            WHERE r.poisoned_at IS NULL
-              AND r.claim_token IS NOT NULL AND r.claimed_at < v_cutoff
-              AND (v_queues IS NULL OR r.queue = ANY(v_queues)));
-        v_level := "docket".claim_level(32767, v_queues);
-        WHILE NOT v_any AND v_level IS NOT NULL LOOP
-            v_any := CASE WHEN v_queues IS NULL THEN EXISTS (
-                    SELECT 1 FROM "docket".live r
-                    WHERE r.priority = v_level AND r.poisoned_at IS NULL
-                      AND r.claim_token IS NULL AND r.wake_at <= v_now)
-                ELSE EXISTS (
-                    SELECT 1 FROM "docket".live r
-                    WHERE r.queue = ANY(v_queues) AND r.priority = v_level
-                      AND r.poisoned_at IS NULL
-                      AND r.claim_token IS NULL AND r.wake_at <= v_now) END;
-            v_level := "docket".claim_level(v_level, v_queues);
-        END LOOP;
+        -- nothing at all: is anything due in either class, seen in one snapshot?
+        SELECT EXISTS (
+                   SELECT 1 FROM "docket".live r
+                   WHERE r.poisoned_at IS NULL
+                     AND r.claim_token IS NOT NULL AND r.claimed_at < v_cutoff
+                     AND (v_queues IS NULL OR r.queue = ANY(v_queues)))
+               OR EXISTS (
+                   WITH RECURSIVE lv(p) AS (
+                    SELECT CASE WHEN v_queues IS NULL THEN (
+                SELECT r.priority FROM "docket".live r
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < 32767
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM "docket".live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < 32767
+                    ORDER BY r.priority DESC LIMIT 1) x) END
+                    UNION ALL
+                    SELECT CASE WHEN v_queues IS NULL THEN (
+                SELECT r.priority FROM "docket".live r
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < lv.p
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM "docket".live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < lv.p
+                    ORDER BY r.priority DESC LIMIT 1) x) END
+                    FROM lv WHERE lv.p IS NOT NULL)
+                   SELECT 1 FROM lv WHERE CASE WHEN v_queues IS NULL THEN EXISTS (
+                           SELECT 1 FROM "docket".live r
+                           WHERE r.priority = lv.p AND r.poisoned_at IS NULL
+                             AND r.claim_token IS NULL AND r.wake_at <= v_now)
+                       ELSE EXISTS (
+                           SELECT 1 FROM "docket".live r
+                           WHERE r.queue = ANY(v_queues) AND r.priority = lv.p
+                             AND r.poisoned_at IS NULL
+                             AND r.claim_token IS NULL AND r.wake_at <= v_now) END)
+        INTO v_any;
         EXIT WHEN NOT v_any;
     END LOOP;
     RETURN QUERY
@@ -2752,7 +2879,7 @@ BEGIN
 END
 $fn$;
 
-ALTER FUNCTION "docket".claim_due(integer, interval, integer, text, timestamptz, boolean, text[]) SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off ROWS 16;
+ALTER FUNCTION "docket".claim_due(integer, interval, integer, text, timestamptz, boolean, text[]) SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan ROWS 16;
 
 CREATE TABLE "docket".queues (
     name        text COLLATE "C" PRIMARY KEY,

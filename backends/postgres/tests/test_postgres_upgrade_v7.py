@@ -107,7 +107,6 @@ async def _seed_at_previous(url: str, schema: str, monkeypatch: pytest.MonkeyPat
                     "feed_notice",
                     "initialize_queued_run",
                     "initialize_queued_runs",
-                    "claim_level",
                 )
             ),
         )

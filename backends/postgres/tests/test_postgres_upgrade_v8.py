@@ -41,7 +41,7 @@ Names = Callable[[str], str]
 PREVIOUS = 7
 # what versions 8 and 9 add to the shape check
 LATER_TABLES = ("feed_listeners", "queues", "queue_slots")
-LATER_FUNCTIONS = ("feed_notice", "initialize_queued_run", "initialize_queued_runs", "claim_level")
+LATER_FUNCTIONS = ("feed_notice", "initialize_queued_run", "initialize_queued_runs")
 POLICY = ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=5)
 
 

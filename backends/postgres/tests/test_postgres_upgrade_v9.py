@@ -92,7 +92,7 @@ async def _seed_at_previous(
             tuple(
                 f
                 for f in schema_module.REQUIRED_FUNCTIONS
-                if f not in ("initialize_queued_run", "initialize_queued_runs", "claim_level")
+                if f not in ("initialize_queued_run", "initialize_queued_runs")
             ),
         )
         backend = await opened(url, schema)

@@ -15,7 +15,7 @@ from docket_postgres._schema.v6 import CLAIM_DUE_ARGS, INDEX_PROBES
 #
 # A claim takes priority DESC first, then the order it always had. Priorities are few,
 # so the ready indexes lead with ``priority`` and a claim walks the priorities that have
-# ready runs from the top, one index probe per step (``claim_level``), reading each
+# ready runs from the top, one index probe per step (``_level_below``), reading each
 # level exactly as version 7 read the whole index. With every run at priority 0 that is
 # one probe more than before, and one more when the level runs out before the limit.
 # A claim for named queues (``p_queues``) probes ``live_due_by_queue`` once per queue
@@ -112,34 +112,42 @@ INITIALIZE_QUEUED_RUNS_ARGS: Final = (
     "boolean[], integer[]"
 )
 
-# The highest priority below ``p_below`` at which a run is ready (a wake, unclaimed,
-# healthy) in the queues served (NULL: every queue), or NULL: one probe of ``live_due``
-# (of ``live_due_by_queue`` per queue named).
-CLAIM_LEVEL: Final = """CREATE FUNCTION @schema@.claim_level(p_below integer, p_queues text[])
-RETURNS integer LANGUAGE plpgsql STABLE AS $fn$
-DECLARE
-    v_queues text[] COLLATE "C" := p_queues;
-BEGIN
-    IF v_queues IS NULL THEN
-        RETURN (SELECT r.priority FROM @schema@.live r
-                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
-                  AND r.wake_at IS NOT NULL AND r.priority < p_below
-                ORDER BY r.priority DESC LIMIT 1);
-    END IF;
-    RETURN (SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
-            CROSS JOIN LATERAL (
+
+def _level_below(below: str) -> str:
+    """The highest priority below ``below`` at which a run is ready (a wake, unclaimed,
+    healthy) in the queues served (``v_queues``, NULL: every queue), or NULL: one probe
+    of ``live_due`` (of ``live_due_by_queue`` per queue named). Inlined where it is used:
+    a call of a helper function costs more than the probe."""
+    return f"""CASE WHEN v_queues IS NULL THEN (
                 SELECT r.priority FROM @schema@.live r
-                WHERE r.queue = q.name AND r.poisoned_at IS NULL AND r.claim_token IS NULL
-                  AND r.wake_at IS NOT NULL AND r.priority < p_below
-                ORDER BY r.priority DESC LIMIT 1) x);
-END
-$fn$"""
+                WHERE r.poisoned_at IS NULL AND r.claim_token IS NULL
+                  AND r.wake_at IS NOT NULL AND r.priority < {below}
+                ORDER BY r.priority DESC LIMIT 1)
+            ELSE (
+                SELECT max(x.priority) FROM unnest(v_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT r.priority FROM @schema@.live r
+                    WHERE r.queue = q.name AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at IS NOT NULL
+                      AND r.priority < {below}
+                    ORDER BY r.priority DESC LIMIT 1) x) END"""
+
+
+def _levels(below: str) -> str:
+    """``lv(p)``: the levels with ready runs below ``below``, highest first, then one NULL;
+    walked lazily, so a statement that stops early probes only the levels it read."""
+    return f"""WITH RECURSIVE lv(p) AS (
+                    SELECT {_level_below(below)}
+                    UNION ALL
+                    SELECT {_level_below("lv.p")}
+                    FROM lv WHERE lv.p IS NOT NULL)"""
+
 
 _CLAIM_DUE_V9_ARGS: Final = f"{CLAIM_DUE_ARGS}, text[]"
 
 # Version 7's claim, level by level (see above). Within one level every statement is the
 # one version 7 ran, with ``priority = level`` (and the queue) added to its conditions.
-CLAIM_DUE: Final = """CREATE FUNCTION @schema@.claim_due(
+CLAIM_DUE = """CREATE FUNCTION @schema@.claim_due(
     p_limit integer, p_ttl interval, p_max_attempts integer, p_preference text,
     p_now timestamptz, p_fair boolean, p_queues text[] DEFAULT NULL)
 RETURNS TABLE (
@@ -153,7 +161,6 @@ DECLARE
     v_queues text[] COLLATE "C" := p_queues;
     -- a claim for one queue (a limited queue's) reads one range of live_due_by_queue
     v_one text COLLATE "C" := CASE WHEN cardinality(p_queues) = 1 THEN p_queues[1] END;
-    v_level integer;
     -- the ready stream: its level (priority), its peeked head and its cursor
     r_level integer;
     r_has boolean;
@@ -215,51 +222,52 @@ BEGIN
               AND r.claim_token IS NOT NULL AND r.claimed_at < v_cutoff
               AND (v_queues IS NULL OR r.queue = ANY(v_queues))) THEN
         -- no expired claim: the first ready runs no one holds, highest level first, in
-        -- the general order within a level
-        v_level := @schema@.claim_level(32767, v_queues);
-        WHILE v_level IS NOT NULL LOOP
-            IF v_one IS NULL THEN
-                FOR f IN
-                    SELECT r.tenant, r.run_id, r.wake_at, r.claim_attempts
+        -- the general order within a level (the levels walked lazily, as rows are taken)
+        IF v_one IS NULL THEN
+            FOR f IN
+                @levels(32767)@
+                SELECT x.tenant, x.run_id, x.wake_at, x.claim_attempts, x.priority
+                FROM lv CROSS JOIN LATERAL (
+                    SELECT r.tenant, r.run_id, r.wake_at, r.claim_attempts, r.priority
                     FROM @schema@.live r
-                    WHERE r.priority = v_level AND r.poisoned_at IS NULL
+                    WHERE r.priority = lv.p AND r.poisoned_at IS NULL
                       AND r.claim_token IS NULL AND r.wake_at <= v_now
                     ORDER BY r.wake_at, r.run_id, r.tenant
-                    LIMIT p_limit - cardinality(c_id)
-                    FOR UPDATE SKIP LOCKED
-                LOOP
-                    c_tenant := array_append(c_tenant, f.tenant);
-                    c_id := array_append(c_id, f.run_id);
-                    c_at := array_append(c_at, f.wake_at);
-                    c_attempts := array_append(c_attempts, f.claim_attempts);
-                    c_prio := array_append(c_prio, v_level);
-                END LOOP;
-            ELSE
-                FOR f IN
-                    SELECT r.tenant, r.run_id, r.wake_at, r.claim_attempts
+                    FOR UPDATE SKIP LOCKED) x
+                LIMIT p_limit
+            LOOP
+                c_tenant := array_append(c_tenant, f.tenant);
+                c_id := array_append(c_id, f.run_id);
+                c_at := array_append(c_at, f.wake_at);
+                c_attempts := array_append(c_attempts, f.claim_attempts);
+                c_prio := array_append(c_prio, f.priority::integer);
+            END LOOP;
+        ELSE
+            FOR f IN
+                @levels(32767)@
+                SELECT x.tenant, x.run_id, x.wake_at, x.claim_attempts, x.priority
+                FROM lv CROSS JOIN LATERAL (
+                    SELECT r.tenant, r.run_id, r.wake_at, r.claim_attempts, r.priority
                     FROM @schema@.live r
-                    WHERE r.queue = v_one AND r.priority = v_level AND r.poisoned_at IS NULL
+                    WHERE r.queue = v_one AND r.priority = lv.p AND r.poisoned_at IS NULL
                       AND r.claim_token IS NULL AND r.wake_at <= v_now
                     ORDER BY r.wake_at, r.run_id, r.tenant
-                    LIMIT p_limit - cardinality(c_id)
-                    FOR UPDATE SKIP LOCKED
-                LOOP
-                    c_tenant := array_append(c_tenant, f.tenant);
-                    c_id := array_append(c_id, f.run_id);
-                    c_at := array_append(c_at, f.wake_at);
-                    c_attempts := array_append(c_attempts, f.claim_attempts);
-                    c_prio := array_append(c_prio, v_level);
-                END LOOP;
-            END IF;
-            EXIT WHEN cardinality(c_id) >= p_limit;
-            v_level := @schema@.claim_level(v_level, v_queues);
-        END LOOP;
+                    FOR UPDATE SKIP LOCKED) x
+                LIMIT p_limit
+            LOOP
+                c_tenant := array_append(c_tenant, f.tenant);
+                c_id := array_append(c_id, f.run_id);
+                c_at := array_append(c_at, f.wake_at);
+                c_attempts := array_append(c_attempts, f.claim_attempts);
+                c_prio := array_append(c_prio, f.priority::integer);
+            END LOOP;
+        END IF;
     END IF;
     FOR v_pass IN 1 .. 3 LOOP
         EXIT WHEN cardinality(c_id) > 0;  -- the fast path above found work
         r_has := false;
-        r_level := @schema@.claim_level(32767, v_queues);
-        r_end := r_level IS NULL;
+        r_end := false;
+        r_level := 32767;  -- above every level: not started
         rc_at := '-infinity'; rc_id := ''; rc_tenant := '';
         f_n := NULL;
         e_has := false; e_end := false;
@@ -267,8 +275,35 @@ BEGIN
         s_tenant := '{}'; s_id := '{}';
         LOOP
             EXIT WHEN cardinality(c_id) >= p_limit;
-            IF NOT r_has AND NOT r_end THEN
+            IF NOT r_has AND NOT r_end AND NOT p_fair AND v_queues IS NULL THEN
+                -- the next head after the cursor, at its level or any level below
+                @levels(r_level + 1)@
+                SELECT x.priority, x.wake_at, x.run_id, x.tenant
+                INTO v_prio, r_at, r_id, r_tenant
+                FROM lv CROSS JOIN LATERAL (
+                    SELECT r.priority, r.wake_at, r.run_id, r.tenant FROM @schema@.live r
+                    WHERE r.priority = lv.p AND r.poisoned_at IS NULL
+                      AND r.claim_token IS NULL AND r.wake_at <= v_now
+                      AND (r.wake_at, r.run_id, r.tenant) > (
+                          CASE WHEN lv.p = r_level THEN rc_at ELSE '-infinity' END,
+                          CASE WHEN lv.p = r_level THEN rc_id ELSE '' END,
+                          CASE WHEN lv.p = r_level THEN rc_tenant ELSE '' END)
+                    ORDER BY r.wake_at, r.run_id, r.tenant LIMIT 1) x
+                LIMIT 1;
+                r_has := FOUND;
+                r_end := NOT FOUND;
+                IF FOUND THEN
+                    r_level := v_prio;
+                END IF;
+            ELSIF NOT r_has AND NOT r_end THEN
+                IF r_level = 32767 THEN
+                    r_level := @level(32767)@;
+                END IF;
                 LOOP  -- the level's next head, else the next level down
+                    IF r_level IS NULL THEN
+                        r_end := true;
+                        EXIT;
+                    END IF;
                     IF p_fair THEN
                         IF f_n IS NULL THEN
                             -- the level's tenants with due work, one probe per tenant
@@ -328,14 +363,6 @@ BEGIN
                             f_live := f_live - 1;
                             f_pos := f_pos + 1;
                         END LOOP;
-                    ELSIF v_queues IS NULL THEN
-                        SELECT r.wake_at, r.run_id, r.tenant INTO r_at, r_id, r_tenant
-                        FROM @schema@.live r
-                        WHERE r.priority = r_level AND r.poisoned_at IS NULL
-                          AND r.claim_token IS NULL AND r.wake_at <= v_now
-                          AND (r.wake_at, r.run_id, r.tenant) > (rc_at, rc_id, rc_tenant)
-                        ORDER BY r.wake_at, r.run_id, r.tenant LIMIT 1;
-                        r_has := FOUND;
                     ELSE
                         -- each queue's head at this level, the first of them
                         SELECT x.wake_at, x.run_id, x.tenant INTO r_at, r_id, r_tenant
@@ -350,11 +377,7 @@ BEGIN
                         r_has := FOUND;
                     END IF;
                     EXIT WHEN r_has;
-                    r_level := @schema@.claim_level(r_level, v_queues);
-                    IF r_level IS NULL THEN
-                        r_end := true;
-                        EXIT;
-                    END IF;
+                    r_level := @level(r_level)@;
                     rc_at := '-infinity'; rc_id := ''; rc_tenant := '';
                     f_n := NULL;
                 END LOOP;
@@ -460,26 +483,24 @@ BEGIN
             END IF;
         END LOOP;
         EXIT WHEN cardinality(c_id) > 0;
-        -- nothing at all: is anything due in either class? (expired first: a run leaves
-        -- that class only for the ready one; a level walk per ready level)
-        v_any := EXISTS (
-            SELECT 1 FROM @schema@.live r
-            WHERE r.poisoned_at IS NULL
-              AND r.claim_token IS NOT NULL AND r.claimed_at < v_cutoff
-              AND (v_queues IS NULL OR r.queue = ANY(v_queues)));
-        v_level := @schema@.claim_level(32767, v_queues);
-        WHILE NOT v_any AND v_level IS NOT NULL LOOP
-            v_any := CASE WHEN v_queues IS NULL THEN EXISTS (
-                    SELECT 1 FROM @schema@.live r
-                    WHERE r.priority = v_level AND r.poisoned_at IS NULL
-                      AND r.claim_token IS NULL AND r.wake_at <= v_now)
-                ELSE EXISTS (
-                    SELECT 1 FROM @schema@.live r
-                    WHERE r.queue = ANY(v_queues) AND r.priority = v_level
-                      AND r.poisoned_at IS NULL
-                      AND r.claim_token IS NULL AND r.wake_at <= v_now) END;
-            v_level := @schema@.claim_level(v_level, v_queues);
-        END LOOP;
+        -- nothing at all: is anything due in either class, seen in one snapshot?
+        SELECT EXISTS (
+                   SELECT 1 FROM @schema@.live r
+                   WHERE r.poisoned_at IS NULL
+                     AND r.claim_token IS NOT NULL AND r.claimed_at < v_cutoff
+                     AND (v_queues IS NULL OR r.queue = ANY(v_queues)))
+               OR EXISTS (
+                   @levels(32767)@
+                   SELECT 1 FROM lv WHERE CASE WHEN v_queues IS NULL THEN EXISTS (
+                           SELECT 1 FROM @schema@.live r
+                           WHERE r.priority = lv.p AND r.poisoned_at IS NULL
+                             AND r.claim_token IS NULL AND r.wake_at <= v_now)
+                       ELSE EXISTS (
+                           SELECT 1 FROM @schema@.live r
+                           WHERE r.queue = ANY(v_queues) AND r.priority = lv.p
+                             AND r.poisoned_at IS NULL
+                             AND r.claim_token IS NULL AND r.wake_at <= v_now) END)
+        INTO v_any;
         EXIT WHEN NOT v_any;
     END LOOP;
     RETURN QUERY
@@ -510,6 +531,11 @@ BEGIN
     ORDER BY CASE WHEN p_fair THEN d.ord ELSE 0 END, -d.prio, d.at, d.run_id, d.tenant;
 END
 $fn$"""
+for _below in ("32767", "r_level"):
+    CLAIM_DUE = CLAIM_DUE.replace(f"@level({_below})@", _level_below(_below))
+for _below in ("32767", "r_level + 1"):
+    CLAIM_DUE = CLAIM_DUE.replace(f"@levels({_below})@", _levels(_below))
+assert "@level" not in CLAIM_DUE
 
 # The queue ledger (``backend.queues``): one row per configured queue ('default' is
 # created on demand) with its config (``queue_config_to_json``) and rate bucket, and one
@@ -552,9 +578,8 @@ V9: Final[tuple[str, ...]] = (
     _INITIALIZE_QUEUED_RUNS,
     f"ALTER FUNCTION @schema@.initialize_queued_runs({INITIALIZE_QUEUED_RUNS_ARGS}) {INDEX_PROBES}",
     f"DROP FUNCTION @schema@.claim_due({CLAIM_DUE_ARGS})",
-    CLAIM_LEVEL,
-    f"ALTER FUNCTION @schema@.claim_level(integer, text[]) {INDEX_PROBES}",
     CLAIM_DUE,
-    f"ALTER FUNCTION @schema@.claim_due({_CLAIM_DUE_V9_ARGS}) {INDEX_PROBES} ROWS 16",
+    f"ALTER FUNCTION @schema@.claim_due({_CLAIM_DUE_V9_ARGS}) {INDEX_PROBES} "
+    "SET plan_cache_mode = force_generic_plan ROWS 16",
     *QUEUES,
 )
