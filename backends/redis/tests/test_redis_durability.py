@@ -26,6 +26,7 @@ _ALWAYS = frozenset(
         Feature.SCHEDULES,
         Feature.STREAMS,
         Feature.PRUNE,
+        Feature.QUEUES,
     }
 )
 

@@ -6,6 +6,7 @@ never exceed a limit, and a layout-4 namespace keeps its runs claimable after mi
 from __future__ import annotations
 
 import asyncio
+import random
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -29,8 +30,11 @@ from docket_redis.testing import T0, dump, opened, with_prefix
 
 from docket.clock import ManualClock
 from docket.contract import (
+    AbandonPolicy,
     ClaimBatch,
+    ClaimClass,
     ClaimPolicy,
+    ClaimRefreshed,
     Feature,
     NotFound,
     ReleaseClaim,
@@ -47,6 +51,7 @@ from docket.records import (
     RunStatus,
     Tenant,
 )
+from docket.values import to_micros
 
 SEC = timedelta(seconds=1)
 TTL = timedelta(minutes=5)
@@ -164,6 +169,63 @@ def test_claims_filter_by_queue_and_take_priority_order_like_the_reference(
     asyncio.run(body())
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_random_claims_with_queues_and_priorities_match_the_reference(
+    url: str, prefix: str, seed: int
+) -> None:
+    """Random lanes, due times, demands, filters and class preferences; claims expire
+    and are taken again, so both classes meet across lanes and scopes."""
+    rng = random.Random(seed)
+    clock = ManualClock(T0)
+    redis_backend, memory = _both(url, prefix, clock)
+    starts = [
+        (
+            rng.choice(OWNERS),
+            f"r{i}",
+            rng.choice(["default", "default", "a", "b:c"]),
+            rng.choice([0, 0, 1, -1, 7]),
+            rng.randrange(6),
+        )
+        for i in range(40)
+    ]
+    claims = [
+        (
+            rng.choice([1, 1, 2, 3, 5]),
+            rng.choice([None, None, frozenset({"a"}), frozenset({"default", "b:c"})]),
+            rng.choice([None, ClaimClass.READY, ClaimClass.EXPIRED]),
+            rng.choice([0, 1, 2, 200]),  # seconds to advance first (200: claims expire)
+        )
+        for _ in range(40)
+    ]
+
+    async def trace(backend: Backend) -> list[list[tuple[str, str]]]:
+        for owner in OWNERS:
+            await _publish(backend, owner)
+        for owner, run_id, queue, priority, due in starts:
+            await _start(
+                backend, owner, run_id, wake_at=T0 + due * SEC, queue=queue, priority=priority
+            )
+        now = T0
+        out = []
+        for demand, queues, preference, step in claims:
+            now += step * SEC
+            policy = attrs.evolve(_claim(demand, now, queues), preference=preference)
+            out.append(await _claim_ids(backend, policy))
+        return out
+
+    async def body() -> None:
+        await redis_backend.open()
+        try:
+            got = await trace(redis_backend)
+        finally:
+            await redis_backend.close()
+        expected = await trace(memory)
+        assert got == expected
+        assert sum(map(len, expected)) > len(starts)  # some were claimed twice
+
+    asyncio.run(body())
+
+
 def test_inspect_run_reports_queue_and_priority_and_lanes_empty_when_runs_leave(
     url: str, prefix: str
 ) -> None:
@@ -201,6 +263,65 @@ def test_inspect_run_reports_queue_and_priority_and_lanes_empty_when_runs_leave(
                 info = await backend.runs.inspect_run(owner, "q")  # a commit keeps them
                 assert isinstance(info, RunInfo)
                 assert (info.queue, info.priority) == ("billing", -7)
+            finally:
+                node.close()
+
+    asyncio.run(body())
+
+
+def test_every_script_that_moves_a_run_keeps_it_in_its_lane(url: str, prefix: str) -> None:
+    """claim, refresh, release, abandon, poison, retry_poisoned: the run stays findable
+    by its queue only, and ``T:lanes`` lists its lane exactly while it holds a run."""
+    clock = ManualClock(T0)
+    ns = Namespace(prefix)
+    owner = Tenant("c}{")
+    keys = ns.scope(owner)
+    lane = "mail:eu:5"
+
+    async def body() -> None:
+        node = _client_for(url, keys.lanes)
+        async with opened(url, prefix, clock=clock) as backend:
+            runs = backend.runs
+
+            async def claim(queues: frozenset[str] | None) -> list[Any]:
+                batch = await runs.claim_due(_claim(5, clock(), queues))
+                assert isinstance(batch, ClaimBatch)
+                return list(batch.leases)
+
+            def where() -> tuple[float | None, float | None, set[bytes]]:
+                return (
+                    node.zscore(f"{keys.ready}:{lane}", "r"),
+                    node.zscore(f"{keys.claimed}:{lane}", "r"),
+                    node.smembers(keys.lanes),
+                )
+
+            try:
+                await _publish(backend, owner)
+                await _start(backend, owner, "r", wake_at=T0, queue="mail:eu", priority=5)
+                assert where() == (float(to_micros(T0)), None, {lane.encode()})
+                assert await claim(frozenset({"default", "mail"})) == []
+                (lease,) = await claim(frozenset({"mail:eu"}))
+                assert where()[:2] == (None, float(to_micros(T0)))
+                clock.advance(SEC)
+                refreshed = await runs.refresh_claim(owner, "r", lease.claim_token)
+                assert refreshed == ClaimRefreshed(T0 + SEC)
+                assert where()[1] == float(to_micros(T0 + SEC))
+                await runs.release_claim(owner, "r", lease.claim_token)
+                assert where() == (float(to_micros(T0 + SEC)), None, {lane.encode()})
+                for _ in range(2):  # abandoned once (rescheduled), then poisoned
+                    (lease,) = await claim(None)
+                    policy = AbandonPolicy(
+                        expected_checkpoint_seq=1, retry_at=clock(), max_claim_abandons=1
+                    )
+                    await runs.abandon_claim(owner, "r", lease.claim_token, policy)
+                assert where() == (None, None, set())
+                info = await runs.inspect_run(owner, "r")
+                assert isinstance(info, RunInfo) and info.poisoned
+                assert (info.queue, info.priority) == ("mail:eu", 5)
+                assert not isinstance(await runs.retry_poisoned_run(owner, "r"), NotFound)
+                assert where() == (float(to_micros(clock())), None, {lane.encode()})
+                assert await claim(frozenset({"default"})) == []
+                assert [x.run_id for x in await claim(frozenset({"mail:eu"}))] == ["r"]
             finally:
                 node.close()
 
