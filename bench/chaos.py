@@ -89,9 +89,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as ``python bench/chaos.py``
     sys.path.insert(0, str(ROOT))
 
-from bench import chaos_app  # noqa: E402
+from bench import chaos_app, chaos_queues  # noqa: E402
 from bench.chaos_checks import Record, Verdict, check_children, check_record, n_of  # noqa: E402
 from bench.chaos_ops import EDIT_DELTA, Operator, is_fork  # noqa: E402
+from bench.chaos_queues import QueueLoad  # noqa: E402
 from bench.chaos_store import Store, open_store  # noqa: E402
 from bench.chaos_streams import StreamFollower  # noqa: E402
 from bench.chaos_time import MIN_TICKING, Messenger, Ticks, check_deadline  # noqa: E402
@@ -250,6 +251,7 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         )
         if "orphan_child" in chaos_app.sabotage():
             start_orphan(docket)
+        queued = QueueLoad(docket, args.runs, chaos_app.sabotage())
         try:
             names = [workers.spawn() for _ in range(args.workers)]
             workers.wait_ready(names)
@@ -272,6 +274,7 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                     break
                 share = min(1.0, (now - phase_start) / (phase * 0.8))
                 driver.submit_until(round(args.runs * share))
+                queued.submit_until(share)
                 killing = len(workers.killed) < args.min_kills or driver.submitted < args.runs
                 # the schedule ticks a while after the last restart too: its runs made up
                 # after an outage are part of what is checked
@@ -312,6 +315,7 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                         and not ticking
                         and finished == args.runs
                         and not forking
+                        and queued.finished()
                     ):
                         break
                 time.sleep(0.2)
@@ -324,6 +328,9 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         verdict, timing = verify(
             args, store, docket, directory, workers, restarts, messenger, ticks, operator, follower
         )
+        queue_overlaps, queue_peak = queued.check(
+            directory, workers.killed, args.claim_ttl, verdict.problems
+        )
     bad_exits = {name: code for name, code in codes.items() if code != 0}
     side = read_lines(directory, "side")
     print(
@@ -334,6 +341,10 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         f"{len(workers.failed_at_start)} workers died before opening it; {elapsed:.1f}s"
     )
     print(f"chaos: {timing}")
+    print(
+        f"chaos: {queued.total} queued runs through a queue limited to {chaos_queues.LIMIT}: "
+        f"at most {queue_peak} executing at once"
+    )
     for text in verdict.problems:
         print(f"chaos: VIOLATION {text}")
     for name in workers.died:
@@ -355,7 +366,8 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         f"edits={verdict.edits} edits_lost={verdict.edits_lost} "
         f"forks={verdict.forks} forks_wrong={verdict.forks_wrong} "
         f"streamed={verdict.streamed} stream_gaps={verdict.stream_gaps} "
-        f"stream_duplicates={verdict.stream_duplicates}"
+        f"stream_duplicates={verdict.stream_duplicates} "
+        f"queued={queued.total} queue_overlaps={queue_overlaps}"
     )
     failed = (
         verdict.problems

@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 
 import attrs
 
-from bench import chaos_app
+from bench import chaos_app, chaos_queues
 from docket import SyncDocket
 from docket.core.children import ParentLink
 from docket.errors import NotFound
@@ -202,7 +202,8 @@ def check_children(
     the module docstring); returns the children's records. The runs of the campaign's
     schedule (graph ``chaos_tick``) are no children: their records go to ``scheduled``;
     nor are the forks the harness made (``docket.forked_from`` set): they go to ``forks``
-    (:mod:`bench.chaos_ops` checks them)."""
+    (:mod:`bench.chaos_ops` checks them); nor are the queued runs (graph ``chaos_q``,
+    :mod:`bench.chaos_queues`)."""
     asked = _asked(parents, verdict)
     children: dict[str, Record] = {}
     linked: dict[Key, list[str]] = defaultdict(list)
@@ -219,6 +220,8 @@ def check_children(
         if FORKED_FROM_KEY in record.run.metadata and forks is not None:
             forks[ident] = record
             continue
+        if record.run.graph_id == chaos_queues.GRAPH_ID:
+            continue  # a queued run: bench/chaos_queues.py checks it (its record is checked)
         children[ident] = record
         link = ParentLink.of(record.run)
         if link is None:

@@ -31,7 +31,11 @@ Sections (``--sections``; all by default), on the same machine and the same serv
   (``bench/streams.py``);
 - ``history``: state-history storage bytes per step of the long chat at
   ``--history-turns`` steps, docket's events vs LangGraph's ``AsyncSqliteSaver`` rows,
-  both on SQLite (``bench/history_bytes.py``).
+  both on SQLite (``bench/history_bytes.py``);
+- ``queues``: claim throughput of one worker (``--queue-concurrency`` slots) over
+  ``--queue-runs`` one-node runs with no queue configured vs in a queue limited to the
+  worker's concurrency with mixed priorities, on memory and each of ``--backends``
+  (``bench/queue_claims.py``; issue #25's target: limited >= 0.8 x plain).
 
 ``--unsafe-fast-pg`` adds a second PostgreSQL server with ``fsync``,
 ``synchronous_commit`` and ``full_page_writes`` off (backend ``postgres-unsafe``) to the
@@ -45,7 +49,8 @@ for ``inline``: below 1 means docket is faster; throughput ratio for the databas
 ``ceiling <backend> max raw=...``, ``growth <backend> large/empty=<x>`` and ``longchat
 <backend> step200/step10=<x>``, ``stream <backend> <followers> p50_ms=<x> p99_ms=<y>
 missed=<n>``, ``history <engine> bytes_per_step@<N>=<b>`` (and ``growth@<N>/<M>``,
-``history <N> docket/langgraph=<x>``), and writes ``results.json``, ``results.md`` and PNG
+``history <N> docket/langgraph=<x>``), ``queues <backend> limited/plain=<x> (plain
+<a>/s, limited <b>/s, target 0.8)``, and writes ``results.json``, ``results.md`` and PNG
 charts to ``--out`` (``bench/results/``). Exits 1 if any engine's trial is GATED (its
 read-back found a run that is not what the shape should have stored).
 """
@@ -67,7 +72,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import ceiling, durable, growth, history_bytes, inline, streams
+from bench import ceiling, durable, growth, history_bytes, inline, queue_claims, streams
 from bench.cells import run_cell
 from bench.dbos_peer import engines as dbos_engines
 from bench.report import UNSAFE_NOTE, Report
@@ -75,7 +80,16 @@ from bench.shapes import SHAPES
 from bench.stores import UNSAFE_PG, Env, Place, servers
 
 BACKENDS = ("sqlite", "postgres", "redis")
-SECTIONS = ("inmemory", "durable", "ceiling", "growth", "longchat", "stream", "history")
+SECTIONS = (
+    "inmemory",
+    "durable",
+    "ceiling",
+    "growth",
+    "longchat",
+    "stream",
+    "history",
+    "queues",
+)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -282,6 +296,22 @@ async def run_all(args: argparse.Namespace, report: Report) -> None:
             _say(f"\n### History storage ({time.perf_counter() - began:.0f} s)\n")
             _say(history_bytes.history_table(report.history))
 
+        if "queues" in args.sections:
+            began = time.perf_counter()
+            for backend in ["memory", *args.backends]:
+                report.queues.extend(
+                    await queue_claims.queue_pair(
+                        _placer(backend, env),
+                        backend,
+                        args.queue_runs,
+                        args.queue_concurrency,
+                        args.queue_repeats,
+                        args.queue_limit,
+                    )
+                )
+            _say(f"\n### Queue claims ({time.perf_counter() - began:.0f} s)\n")
+            _say(queue_claims.queue_table(report.queues))
+
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -349,6 +379,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=[50, 200],
         help="long-chat steps of the history section's runs",
     )
+    add("--queue-runs", type=int, help="runs per queue-claims trial (400; quick 100)")
+    add("--queue-concurrency", type=int, default=8, help="the queue trials' worker slots")
+    add("--queue-repeats", type=int, help="alternating plain/limited trials (3; quick 2)")
+    add(
+        "--queue-limit",
+        type=int,
+        default=None,
+        help="the limited queue's execution limit (default: --queue-concurrency)",
+    )
     add("--out", type=Path, default=RESULTS, help="where JSON and charts go")
     args = parser.parse_args(argv)
     defaults = {
@@ -368,6 +407,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "growth_repeats": (3, 2),
         "longchat_runs": (3, 1),
         "stream_commits": (200, 30),
+        "queue_runs": (400, 100),
+        "queue_repeats": (3, 2),
     }
     for name, (full, quick) in defaults.items():
         if getattr(args, name) is None:

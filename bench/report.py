@@ -14,6 +14,7 @@ from bench.durable import Result
 from bench.growth import Growth, LongChat
 from bench.history_bytes import HistoryBytes, history_lines, history_table
 from bench.inline import CONTENDERS
+from bench.queue_claims import QueueClaims, queue_lines, queue_table
 from bench.stores import UNSAFE_PG
 from bench.streams import StreamLatency, stream_lines, stream_table
 
@@ -36,6 +37,7 @@ class Report:
     long_chat: list[LongChat] = attrs.Factory(list)
     streams: list[StreamLatency] = attrs.Factory(list)
     history: list[HistoryBytes] = attrs.Factory(list)
+    queues: list[QueueClaims] = attrs.Factory(list)
 
     # -- tables ---------------------------------------------------------------------------
 
@@ -164,6 +166,8 @@ class Report:
             parts += ["### Stream latency (commit to follower)", stream_table(self.streams)]
         if self.history:
             parts += ["### History storage (long chat)", history_table(self.history)]
+        if self.queues:
+            parts += ["### Queue claims (limited vs plain)", queue_table(self.queues)]
         return "\n\n".join(parts)
 
     # -- machine-readable lines -------------------------------------------------------------
@@ -214,6 +218,7 @@ class Report:
                 yield f"longchat {chat.backend} step{chat.turns}/step10={ratio:.3f}"
         yield from stream_lines(self.streams)
         yield from history_lines(self.history)
+        yield from queue_lines(self.queues)
 
     # -- files ----------------------------------------------------------------------------
 
@@ -227,6 +232,7 @@ class Report:
             "long_chat": [c.as_json() for c in self.long_chat],
             "streams": [s.as_json() for s in self.streams],
             "history": [h.as_json() for h in self.history],
+            "queues": [q.as_json() for q in self.queues],
             "lines": list(self.lines()),
         }
 

@@ -16,6 +16,7 @@ application's :class:`~docket.Docket` — its backend, node registry and tenant 
     docket runs list|show|events|watch|cancel|retry|resolve|send
     docket runs history|show-at|fork|edit     state history (docs/history.md)
     docket schedules create|list|show|pause|resume|delete|trigger    cron schedules
+    docket queues list|set-limit|set-rate|pause|resume     named queues' limits
     docket worker --app module:attr [--concurrency N] [--processes N] [--ui-port N]
                   [--prune-events-after DUR] [--prune-runs-after DUR] [--prune-every DUR]
     docket ui [--host 127.0.0.1] [--port 8787] [--token T] [--worker]   the web console
@@ -46,6 +47,7 @@ from docket.cli._common import _Failed, load_app
 from docket.cli._graphs import _add_graph_commands
 from docket.cli._history import add_history_commands
 from docket.cli._output import error_explanation, one_line
+from docket.cli._queues import add_queue_commands
 from docket.cli._runs import _add_run_commands
 from docket.cli._schedules import _add_schedule_commands
 from docket.cli._ui import _add_ui_command
@@ -63,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_run_commands(commands)
     add_history_commands(commands)  # under ``runs``, and ``prune``
     _add_schedule_commands(commands)
+    add_queue_commands(commands)
     _add_worker_command(commands)
     _add_admin_commands(commands)
     _add_ui_command(commands)

@@ -52,6 +52,7 @@ from docket.records import (
 )
 from docket.runtime.worker import Worker
 from docket.ui import history as history_pages
+from docket.ui import queues as queue_pages
 from docket.ui import schedules as schedule_pages
 from docket.ui.forms import FormField, fields_for, parse_resolution
 from docket.ui.graphview import render_svg, states_from_events
@@ -84,6 +85,7 @@ _NOTICES: Final = {
     "triggered": "Run started by hand from its schedule.",
     "forked": "Run forked: this is the new run.",
     "edited": "State edited.",
+    **queue_pages.NOTICES,
 }
 _SECURITY_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
@@ -780,6 +782,7 @@ def create_app(
         Route("/graphs/{graph_id}/{graph_hash}", guard(console.graph)),
         *schedule_routes(console),
         *history_pages.routes(console),
+        *queue_pages.routes(console),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
     return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_EncodedPaths)])

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import chaos_app, chaos_ops
+from bench import chaos_app, chaos_ops, chaos_queues
 
 ROOT = Path(__file__).resolve().parents[2]
 LAST_LINE = re.compile(
@@ -24,7 +24,8 @@ LAST_LINE = re.compile(
     r"messages_lost=(?P<messages_lost>\d+) messages_doubled=(?P<messages_doubled>\d+) "
     r"edits=(?P<edits>\d+) edits_lost=(?P<edits_lost>\d+) forks=(?P<forks>\d+) "
     r"forks_wrong=(?P<forks_wrong>\d+) streamed=(?P<streamed>\d+) "
-    r"stream_gaps=(?P<stream_gaps>\d+) stream_duplicates=(?P<stream_duplicates>\d+)"
+    r"stream_gaps=(?P<stream_gaps>\d+) stream_duplicates=(?P<stream_duplicates>\d+) "
+    r"queued=(?P<queued>\d+) queue_overlaps=(?P<queue_overlaps>\d+)"
 )
 
 
@@ -131,6 +132,8 @@ def test_short_chaos_campaigns_on_every_backend_lose_nothing() -> None:
             "streamed": str(runs),
             "stream_gaps": "0",
             "stream_duplicates": "0",
+            "queued": str(chaos_queues.queued_runs(runs)),
+            "queue_overlaps": "0",
         }, f"{backend}:\n{output[-3000:]}"
         children = int(match["children"])
         assert children_of(runs) - deadline_children_of(runs) <= children <= children_of(runs)
@@ -273,3 +276,21 @@ def test_the_campaign_reports_lost_edits_wrong_forks_and_stream_gaps_and_duplica
     assert "VIOLATION fork-chaos-00002: ended done with" in stdout
     assert "VIOLATION chaos-00001: stream missed [3]" in stdout
     assert "VIOLATION chaos-00004: streamed seqs [1, 2, 2, 3" in stdout
+
+
+def test_the_campaign_reports_a_queue_running_more_than_its_limit() -> None:
+    """The negative control of the queue check: the queue is configured without its
+    limit, so the queued runs' executions overlap beyond it and the count must say so."""
+    env = dict(os.environ, DOCKET_CHAOS_SABOTAGE="queue_unlimited")
+    proc = _campaign(
+        *("--backend", "sqlite", "--workers", "2", "--runs", "30", "--min-kills", "0"),
+        *("--kill-interval", "600", "--timeout", "120"),
+        env=env,
+    )
+    stdout, _ = proc.communicate(timeout=200)
+    assert proc.returncode == 1, stdout[-6000:]
+    match = LAST_LINE.fullmatch(stdout.strip().splitlines()[-1])
+    assert match is not None, stdout[-3000:]
+    assert match["completed"] == "30" and match["queued"] == "6", stdout[-3000:]
+    assert int(match["queue_overlaps"]) > 0, stdout[-3000:]
+    assert f"VIOLATION queue {chaos_queues.QUEUE} limited to {chaos_queues.LIMIT} ran" in stdout

@@ -59,7 +59,7 @@ _ERR_FILES: dict[int, Path] = {}
 
 
 def spawn_worker(
-    url: str, log_dir: Path, name: str, *, concurrency: int = 8, **extra: str
+    url: str, log_dir: Path, name: str, *, concurrency: int = 8, app: str = APP, **extra: str
 ) -> subprocess.Popen[str]:
     """Start one ``docket worker`` process; its stderr goes to ``<log_dir>/<name>.err``."""
     proc = subprocess.Popen(
@@ -69,7 +69,7 @@ def spawn_worker(
             "docket.cli",
             "worker",
             "--app",
-            APP,
+            app,
             "--concurrency",
             str(concurrency),
         ],

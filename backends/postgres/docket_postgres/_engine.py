@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -52,6 +52,7 @@ from docket_postgres.schema import (
 INT4_MAX: Final = (1 << 31) - 1  # counters are ``integer``: a larger bound means "no bound"
 
 Row = tuple[Any, ...]
+T = TypeVar("T")
 Pool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 
 _NOW = "SELECT clock_timestamp()"
@@ -258,6 +259,22 @@ class Engine:
                 if result is None or result.status != pq.ExecStatus.TUPLES_OK:
                     return []
                 return await cur.fetchall()
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise store_error(exc, sent=sent, write=write) from exc
+
+    async def transaction(
+        self, body: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]], *, write: bool
+    ) -> T:
+        """Run ``body`` in one transaction on a pooled connection (several statements that
+        must be atomic together: the queue ledger's operations); raise a classified
+        :class:`StoreError` for a database failure (the transaction is rolled back)."""
+        pool = await self._ensure_open()
+        sent = False
+        try:
+            async with pool.connection() as conn:
+                sent = True
+                async with conn.transaction():
+                    return await body(conn)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise store_error(exc, sent=sent, write=write) from exc
 

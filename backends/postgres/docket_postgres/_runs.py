@@ -75,7 +75,8 @@ _BACKOFF_STEPS: Final = 31  # abandon backoff doubles at most 30 times
 _FETCH_RUN = "SELECT run_json FROM @schema@.runs WHERE tenant = %s AND run_id = %s"
 _INSPECT_RUN = (
     "SELECT r.run_json, l.wake_at, l.claimed_at, coalesce(l.claim_attempts, 0), "
-    "coalesce(l.claim_abandons, 0), l.poisoned_at, l.poison_reason, r.latest_checkpoint_type "
+    "coalesce(l.claim_abandons, 0), l.poisoned_at, l.poison_reason, r.latest_checkpoint_type, "
+    "r.queue, r.priority "
     "FROM @schema@.runs r LEFT JOIN @schema@.live l ON l.tenant = r.tenant AND l.run_id = r.run_id "
     "WHERE r.tenant = %s AND r.run_id = %s"
 )
@@ -97,6 +98,10 @@ _CLAIM = (
     "FROM @schema@.claim_due(%s::integer, %s::interval, %s::integer, %s, %s::timestamptz, %s) "
     "WITH ORDINALITY c ORDER BY c.ordinality"
 )
+# A claim for named queues (schema 9) passes them; one for every queue sends the call
+# above, as it always did (``p_queues`` defaults to NULL).
+_CLAIM_IN_QUEUES = _CLAIM.replace("%s::timestamptz, %s)", "%s::timestamptz, %s, %s::text[])")
+assert _CLAIM_IN_QUEUES != _CLAIM
 _REFRESH = (
     "UPDATE @schema@.live SET claimed_at = greatest(claimed_at, "
     "coalesce(%s::timestamptz, clock_timestamp())) "
@@ -166,7 +171,7 @@ class PostgresRuns:
         rows = await engine.fetch(engine.q(_INSPECT_RUN), (key, run_id), write=False)
         if not rows:
             return NotFound()
-        data, wake, claimed, attempts, abandons, poisoned, reason, checkpoint = rows[0]
+        data, wake, claimed, attempts, abandons, poisoned, reason, checkpoint, queue, prio = rows[0]
         return RunInfo(
             run=decode_run(bytes(data), repr(run_id)),
             tenant_id=key or None,
@@ -177,6 +182,8 @@ class PostgresRuns:
             poisoned_at=opt_time(poisoned),
             poison_reason=None if reason is None else str(reason),
             latest_checkpoint_type=CheckpointType(str(checkpoint)),
+            queue=str(queue),
+            priority=int(prio),
         )
 
     async def list_runs(self, scope: Scope, query: RunListQuery) -> RunPage:
@@ -236,17 +243,19 @@ class PostgresRuns:
         require_claim_policy(policy)
         engine = self._engine
         preference = None if policy.preference is None else str(policy.preference.value)
-        rows = await engine.outcome(
-            engine.q(_CLAIM),
-            (
-                min(policy.limit, INT4_MAX),
-                policy.orphan_ttl,
-                min(policy.max_claim_attempts, INT4_MAX),
-                preference,
-                engine.given(policy.now),
-                engine.fair,
-            ),
+        args: tuple[object, ...] = (
+            min(policy.limit, INT4_MAX),
+            policy.orphan_ttl,
+            min(policy.max_claim_attempts, INT4_MAX),
+            preference,
+            engine.given(policy.now),
+            engine.fair,
         )
+        statement = _CLAIM
+        if policy.queues is not None:
+            statement = _CLAIM_IN_QUEUES
+            args = (*args, sorted(policy.queues))
+        rows = await engine.outcome(engine.q(statement), args)
         if not isinstance(rows, list):
             return rows
         leases: list[Lease] = []

@@ -48,11 +48,12 @@ from docket.contract.validate import (
     split_events,
 )
 from docket.contract.writes import ValidatedTransitions
-from docket.records import Event, OwnerScope, Run, run_from_json
+from docket.records import DEFAULT_QUEUE, Event, OwnerScope, Run, run_from_json
 from docket.values import utc
 from docket_postgres._engine import Engine, storable, tenant_key
 from docket_postgres._writes import (
     COMMIT_STATEMENT,
+    INITIALIZE_QUEUED_STATEMENT,
     INITIALIZE_STATEMENT,
     WriteArgs,
     grouping,
@@ -95,6 +96,7 @@ class PostgresTransitions(ValidatedTransitions):
         self._engine = engine
         self._group = grouping(engine, COMMIT_STATEMENT, commit_lanes)
         self._init_group = grouping(engine, INITIALIZE_STATEMENT, commit_lanes)
+        self._queued_init_group = grouping(engine, INITIALIZE_QUEUED_STATEMENT, commit_lanes)
 
     @property
     def limits(self) -> Limits:
@@ -102,7 +104,7 @@ class PostgresTransitions(ValidatedTransitions):
 
     async def drain(self) -> None:
         """Wait until every write queued for a group statement has been sent."""
-        for group in (self._group, self._init_group):
+        for group in (self._group, self._init_group, self._queued_init_group):
             if group is not None:
                 await group.drain()
 
@@ -135,15 +137,18 @@ class PostgresTransitions(ValidatedTransitions):
             str(proposal.checkpoint_type),
             utc(proposal.wake_at),
             valid.claim_token,
-            engine.given(None),
-            [e.seq for e in valid.events],
-            list(valid.event_json),
-            hashes,
         )
-        if self._init_group is None:
-            answer = await send_write(engine, INITIALIZE_STATEMENT, args)
+        statement, group = INITIALIZE_STATEMENT, self._init_group
+        if valid.queue != DEFAULT_QUEUE or valid.priority != 0:
+            # Feature.QUEUES (schema 9); a plain start sends what it always sent
+            statement, group = INITIALIZE_QUEUED_STATEMENT, self._queued_init_group
+            args = (*args, valid.queue, valid.priority)
+        events = ([e.seq for e in valid.events], list(valid.event_json), hashes)
+        args = (*args, engine.given(None), *events)
+        if group is None:
+            answer = await send_write(engine, statement, args)
         else:
-            answer = await self._init_group.submit(args)
+            answer = await group.submit(args)
         if not isinstance(answer, tuple):
             return answer
         outcome, digest, stored_json, announced = answer

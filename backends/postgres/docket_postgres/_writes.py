@@ -46,6 +46,13 @@ _INITIALIZE = (
     "%s::timestamptz, %s::timestamptz, %s::timestamptz, %s, %s, %s::timestamptz, %s, "
     "%s::timestamptz, %s::bigint[], %s::bytea[], %s::bytea[])"
 )
+# Schema version 9: a start in a named queue or at a priority (``Feature.QUEUES``) takes
+# both after the claim token; a plain start sends the statement above, as it always did.
+_INITIALIZE_QUEUED = (
+    "SELECT * FROM @schema@.initialize_queued_run(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "%s::timestamptz, %s::timestamptz, %s::timestamptz, %s, %s, %s::timestamptz, %s, "
+    "%s, %s::integer, %s::timestamptz, %s::bigint[], %s::bytea[], %s::bytea[])"
+)
 _COMMIT = (
     "SELECT * FROM @schema@.commit_run(%s, %s, %s, %s, %s, %s, %s::timestamptz, %s, %s, %s, "
     "%s, %s, %s, %s, %s::timestamptz, %s::timestamptz, %s, %s, %s, %s::timestamptz, "
@@ -67,6 +74,14 @@ _INITIALIZE_MANY = (
     "%s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::bytea[], %s::text[], "
     "%s::timestamptz[], %s::text[], %s::timestamptz, %s::integer[], %s::bigint[], "
     "%s::bytea[], %s::bytea[], %s::integer[], %s::boolean[], %s::integer[])"
+)
+_INITIALIZE_QUEUED_MANY = (
+    "SELECT * FROM @schema@.initialize_queued_runs(%s::text[], %s::text[], %s::text[], "
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[], "
+    "%s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::bytea[], "
+    "%s::text[], %s::timestamptz[], %s::text[], %s::text[], %s::integer[], %s::timestamptz, "
+    "%s::integer[], %s::bigint[], %s::bytea[], %s::bytea[], %s::integer[], %s::boolean[], "
+    "%s::integer[])"
 )
 
 
@@ -116,6 +131,11 @@ INITIALIZE_STATEMENT: Final = Statement(
     _INITIALIZE,
     _INITIALIZE_MANY,
     (_T, _T, _T, _T, _T, _T, _T, _I8, _I8, _I8, _TS, _TS, _TS, _BY, _T, _TS, _T),
+)
+INITIALIZE_QUEUED_STATEMENT: Final = Statement(
+    _INITIALIZE_QUEUED,
+    _INITIALIZE_QUEUED_MANY,
+    (_T, _T, _T, _T, _T, _T, _T, _I8, _I8, _I8, _TS, _TS, _TS, _BY, _T, _TS, _T, _T, Int4Array),
 )
 
 

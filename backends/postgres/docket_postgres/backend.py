@@ -13,7 +13,8 @@ How it is put together (one module per concern, all private):
   :mod:`~docket_postgres._transitions` (``TransitionStore``, ``ChainedCommits``,
   ``ClaimedStarts``), whose writes are sent alone or grouped by
   :mod:`~docket_postgres._writes`, :mod:`~docket_postgres._schedules`
-  (``ScheduleStore``) and :mod:`~docket_postgres.feed` (``EventFeed``, the live feed);
+  (``ScheduleStore``), :mod:`~docket_postgres._queues` (``QueueStore``: queue configs
+  and the slot ledger) and :mod:`~docket_postgres.feed` (``EventFeed``, the live feed);
 * :mod:`docket_postgres.schema` — the DDL, the PL/pgSQL functions and the migrations.
 
 Every write is one call of a PL/pgSQL function in the store's schema: one round trip,
@@ -36,6 +37,7 @@ from docket.contract.retention import PruneResult, require_prune_args
 from docket_postgres._engine import INT4_MAX, Engine
 from docket_postgres._events import PostgresEvents
 from docket_postgres._graphs import PostgresGraphs
+from docket_postgres._queues import PostgresQueues
 from docket_postgres._runs import PostgresRuns
 from docket_postgres._schedules import PostgresSchedules
 from docket_postgres._transitions import PostgresTransitions
@@ -143,6 +145,7 @@ class PostgresBackend:
         self._transitions = PostgresTransitions(self._engine, commit_lanes)
         self._schedules = PostgresSchedules(self._engine)
         self._feed = PostgresFeed(self._engine)
+        self._queues = PostgresQueues(self._engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> PostgresBackend:
@@ -182,6 +185,7 @@ class PostgresBackend:
             Feature.TIMERS,
             Feature.MESSAGES,
             Feature.SCHEDULES,
+            Feature.QUEUES,
         }
         if engine.notify:  # the feed LISTENs too: not behind a transaction-pooling proxy
             features.add(Feature.NOTIFY)
@@ -217,6 +221,11 @@ class PostgresBackend:
     def feed(self) -> PostgresFeed:
         """The live feed (``EventFeed``, ``Feature.STREAMS``): commit notices and emissions."""
         return self._feed
+
+    @property
+    def queues(self) -> PostgresQueues:
+        """Named queues' configs and slot ledger (``QueueStore``, ``Feature.QUEUES``)."""
+        return self._queues
 
     # -- migrations (docket.contract.Migratable) --------------------------------------------------
 

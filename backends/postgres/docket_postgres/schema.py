@@ -47,7 +47,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from docket_postgres._schema import V1, V2, V3, V4, V5, V6, V7, V8
+from docket_postgres._schema import V1, V2, V3, V4, V5, V6, V7, V8, V9
 from docket_postgres.errors import (
     PermanentStoreError,
     SchemaTooNew,
@@ -57,7 +57,7 @@ from docket_postgres.errors import (
 )
 from docket_postgres.url import check_schema_name
 
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 NOTIFY_CHANNEL: Final = "docket_wake"
 
 #: One step of the schema's history: applying ``statements`` to version ``version - 1``
@@ -74,6 +74,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     (6, V6),
     (7, V7),
     (8, V8),
+    (9, V9),
 )
 
 #: Tables and functions a schema at :data:`SCHEMA_VERSION` must have (the shape check).
@@ -86,6 +87,8 @@ REQUIRED_TABLES: Final = (
     "transitions",
     "schedules",
     "feed_listeners",
+    "queues",
+    "queue_slots",
 )
 REQUIRED_FUNCTIONS: Final = (
     "save_graph",
@@ -99,6 +102,8 @@ REQUIRED_FUNCTIONS: Final = (
     "prune",
     "check_live_pair",
     "feed_notice",
+    "initialize_queued_run",
+    "initialize_queued_runs",
 )
 
 assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))

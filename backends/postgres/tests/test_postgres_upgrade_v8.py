@@ -39,6 +39,9 @@ from docket.records import (
 
 Names = Callable[[str], str]
 PREVIOUS = 7
+# what versions 8 and 9 add to the shape check
+LATER_TABLES = ("feed_listeners", "queues", "queue_slots")
+LATER_FUNCTIONS = ("feed_notice", "initialize_queued_run", "initialize_queued_runs")
 POLICY = ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=5)
 
 
@@ -90,12 +93,12 @@ async def _seed_at_previous(
         patched.setattr(
             schema_module,
             "REQUIRED_TABLES",
-            tuple(t for t in schema_module.REQUIRED_TABLES if t != "feed_listeners"),
+            tuple(t for t in schema_module.REQUIRED_TABLES if t not in LATER_TABLES),
         )
         patched.setattr(
             schema_module,
             "REQUIRED_FUNCTIONS",
-            tuple(f for f in schema_module.REQUIRED_FUNCTIONS if f != "feed_notice"),
+            tuple(f for f in schema_module.REQUIRED_FUNCTIONS if f not in LATER_FUNCTIONS),
         )
         backend = await opened(url, schema)
         try:
@@ -120,7 +123,7 @@ async def _seed_at_previous(
 def test_a_version_7_store_is_refused_then_migrated_and_noticed(
     pg_url: str, schema_name: Names, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert SCHEMA_VERSION == PREVIOUS + 1
+    assert SCHEMA_VERSION >= PREVIOUS + 1  # later versions keep what it checks (see v9's test)
 
     async def body() -> None:
         schema = schema_name("up8")

@@ -1,0 +1,252 @@
+"""The queue store (``QueueStore``, ``Feature.QUEUES``) of ``PostgresBackend``.
+
+Schema version 9 keeps one row per queue in ``queues`` (the config as
+:func:`~docket.records.queue_config_to_json` encodes it, and the rate bucket: ``tokens``
+at ``refilled_at``) and one row per held slot in ``queue_slots``. The rules are not
+here: every operation is one transaction that locks the queue's row (``SELECT ... FOR
+UPDATE``; the ``default`` row is created on demand), reads its slots, applies
+:class:`docket.contract.queues.SlotLedger`'s operation in Python — the very code the
+memory reference runs — and writes back what changed. The row lock makes the operations
+on one queue serial across every process, so a limit holds whoever races.
+
+Times are the database's (``clock_timestamp()``, read after the lock is granted) unless
+the call passes ``now`` or the backend runs on a test clock (:meth:`Engine.given`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Final, TypeVar
+
+import psycopg
+
+from docket.contract import NotFound
+from docket.contract.queues import (
+    SlotLedger,
+    default_config,
+    require_queue_config,
+    require_queue_name,
+    require_slot_request,
+)
+from docket.records import (
+    DEFAULT_QUEUE,
+    QueueConfig,
+    QueueStatus,
+    queue_config_from_json,
+    queue_config_to_json,
+)
+from docket.values import utc
+from docket_postgres._engine import Engine
+from docket_postgres.arrays import ByteaArray, TimestamptzArray
+
+R = TypeVar("R")
+Conn = psycopg.AsyncConnection[Any]
+
+_CREATE: Final = (
+    "INSERT INTO @schema@.queues (name, config, tokens, refilled_at) "
+    "VALUES (%s, %s, %s, coalesce(%s::timestamptz, clock_timestamp())) "
+    "ON CONFLICT DO NOTHING RETURNING name"
+)
+_LOCK: Final = (
+    "SELECT config, tokens, refilled_at, coalesce(%s::timestamptz, clock_timestamp()) "
+    "FROM @schema@.queues WHERE name = %s FOR UPDATE"
+)
+_SLOTS: Final = "SELECT holder, expires_at FROM @schema@.queue_slots WHERE queue = %s"
+_SAVE: Final = (
+    "UPDATE @schema@.queues SET config = %s, tokens = %s, refilled_at = %s::timestamptz "
+    "WHERE name = %s"
+)
+_DROP_SLOTS: Final = (
+    "DELETE FROM @schema@.queue_slots WHERE queue = %s AND holder = ANY(%s::bytea[])"
+)
+_PUT_SLOTS: Final = (
+    "INSERT INTO @schema@.queue_slots (queue, holder, expires_at) "
+    "SELECT %s, s.holder, s.expires_at "
+    "FROM unnest(%s::bytea[], %s::timestamptz[]) AS s(holder, expires_at) "
+    "ON CONFLICT (queue, holder) DO UPDATE SET expires_at = excluded.expires_at"
+)
+_FETCH: Final = "SELECT config FROM @schema@.queues WHERE name = %s"
+# every configured queue with its live slots, and every queue's depth (its unclaimed
+# running runs due now), at one instant
+_LIST: Final = (
+    "WITH n AS (SELECT coalesce(%s::timestamptz, clock_timestamp()) AS now) "
+    "SELECT q.name, q.config, (SELECT count(*) FROM @schema@.queue_slots s "
+    "WHERE s.queue = q.name AND s.expires_at >= n.now), NULL::bigint "
+    "FROM @schema@.queues q, n "
+    "UNION ALL "
+    "SELECT l.queue, NULL, NULL, count(*) FROM @schema@.live l, n "
+    "WHERE l.status = 'running' AND l.poisoned_at IS NULL AND l.claim_token IS NULL "
+    "AND l.wake_at <= n.now GROUP BY l.queue"
+)
+
+
+def _holder(raw: Any) -> str:
+    return bytes(raw).decode()
+
+
+class PostgresQueues:
+    """``QueueStore`` over one backend's :class:`~docket_postgres._engine.Engine`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    async def _apply(
+        self,
+        name: str,
+        now: datetime | None,
+        op: Callable[[SlotLedger, datetime], R],
+        *,
+        create_default: bool,
+    ) -> R | None:
+        """``op`` on the queue's ledger under its row lock, written back; ``None`` when
+        the queue does not exist."""
+        engine = self._engine
+        given = engine.given(now)
+
+        async def body(conn: Conn) -> R | None:
+            if create_default and name == DEFAULT_QUEUE:
+                config = default_config()
+                await conn.execute(
+                    engine.q(_CREATE), (name, queue_config_to_json(config).decode(), 0.0, given)
+                )
+            cur = await conn.execute(engine.q(_LOCK), (given, name))
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            config_text, tokens, refilled_at, at = row
+            cur = await conn.execute(engine.q(_SLOTS), (name,))
+            before = {_holder(h): utc(e) for h, e in await cur.fetchall()}
+            ledger = SlotLedger(
+                config=queue_config_from_json(str(config_text)),
+                holders=dict(before),
+                tokens=float(tokens),
+                refilled_at=utc(refilled_at),
+            )
+            result = op(ledger, utc(at))
+            await self._save(conn, name, before, ledger)
+            return result
+
+        return await engine.transaction(body, write=True)
+
+    async def _save(
+        self, conn: Conn, name: str, before: dict[str, datetime], ledger: SlotLedger
+    ) -> None:
+        engine = self._engine
+        assert ledger.refilled_at is not None
+        await conn.execute(
+            engine.q(_SAVE),
+            (
+                queue_config_to_json(ledger.config).decode(),
+                ledger.tokens,
+                ledger.refilled_at,
+                name,
+            ),
+        )
+        gone = [h.encode() for h in before if h not in ledger.holders]
+        if gone:
+            await conn.execute(engine.q(_DROP_SLOTS), (name, ByteaArray(gone)))
+        moved = [(h, at) for h, at in ledger.holders.items() if before.get(h) != at]
+        if moved:
+            await conn.execute(
+                engine.q(_PUT_SLOTS),
+                (
+                    name,
+                    ByteaArray([h.encode() for h, _ in moved]),
+                    TimestamptzArray([at for _, at in moved]),
+                ),
+            )
+
+    # -- configs ----------------------------------------------------------------------------
+
+    async def set_queue(self, config: QueueConfig) -> QueueConfig:
+        require_queue_config(config)
+        engine = self._engine
+        given = engine.given(None)
+        fresh = SlotLedger.new(config, datetime.min)  # its tokens: a new bucket starts full
+
+        async def create(conn: Conn) -> bool:
+            cur = await conn.execute(
+                engine.q(_CREATE),
+                (config.name, queue_config_to_json(config).decode(), fresh.tokens, given),
+            )
+            return await cur.fetchone() is not None
+
+        if not await engine.transaction(create, write=True):
+            await self._apply(
+                config.name,
+                None,
+                lambda ledger, now: ledger.reconfigure(config, now),
+                create_default=False,
+            )
+        return config
+
+    async def fetch_queue(self, name: str) -> QueueConfig | NotFound:
+        require_queue_name(name)
+        engine = self._engine
+        rows = await engine.fetch(engine.q(_FETCH), (name,), write=False)
+        if rows:
+            return queue_config_from_json(str(rows[0][0]))
+        return default_config() if name == DEFAULT_QUEUE else NotFound("queue")
+
+    async def list_queues(self) -> Sequence[QueueStatus]:
+        engine = self._engine
+        rows = await engine.fetch(engine.q(_LIST), (engine.given(None),), write=False)
+        configs: dict[str, tuple[QueueConfig, int]] = {DEFAULT_QUEUE: (default_config(), 0)}
+        depths: dict[str, int] = {}
+        for name, config, running, depth in rows:
+            if config is None:
+                depths[str(name)] = int(depth)
+            else:
+                configs[str(name)] = (queue_config_from_json(str(config)), int(running))
+        return [
+            QueueStatus(config=config, running=running, depth=depths.get(name, 0))
+            for name, (config, running) in sorted(configs.items())
+        ]
+
+    # -- the slot ledger --------------------------------------------------------------------
+
+    async def acquire_slots(
+        self, name: str, holders: Sequence[str], ttl: timedelta, now: datetime | None = None
+    ) -> int:
+        require_slot_request(name, holders, ttl)
+        if not holders:
+            raise ValueError("holders: acquire at least one slot")
+        wanted = list(holders)
+        got = await self._apply(
+            name,
+            now,
+            lambda ledger, at: ledger.acquire(wanted, ttl, at),
+            create_default=True,
+        )
+        return got or 0
+
+    async def renew_slots(
+        self, name: str, holders: Sequence[str], ttl: timedelta, now: datetime | None = None
+    ) -> int:
+        require_slot_request(name, holders, ttl)
+        if not holders:
+            return 0
+        wanted = list(holders)
+        got = await self._apply(
+            name,
+            now,
+            lambda ledger, at: ledger.renew(wanted, ttl, at),
+            create_default=False,
+        )
+        return got or 0
+
+    async def release_slots(self, name: str, holders: Sequence[str], refund: bool = False) -> None:
+        require_slot_request(name, holders, timedelta(0))
+        if not holders:
+            return
+        wanted = list(holders)
+        await self._apply(
+            name,
+            None,
+            lambda ledger, at: ledger.release(wanted, refund, at),
+            create_default=False,
+        )
+
+
+__all__ = ["PostgresQueues"]
