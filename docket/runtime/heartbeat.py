@@ -4,7 +4,9 @@ Every ``interval`` seconds it refreshes the claim (``refresh_claim``), and the c
 queue slot with it when it holds one (``renew_slots``: docket/runtime/queues.py). A refresh that
 fails for a transient reason is retried on the next beat; an answer of ``ClaimLost`` (the
 run was cancelled, or another worker took the claim over after it expired) sets ``lost``
-and cancels the node work in flight, whose results could no longer be committed.
+and cancels the node work in flight, whose results could no longer be committed. A
+queue slot that expired in a stall and cannot be taken again ends the claim the same way
+(and hands it back with ``release_claim``): running on would exceed the queue's limit.
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ class Heartbeat:
         lease = self._lease
         while True:
             await asyncio.sleep(self._interval)
+            # the slot first: the claim must never outlive it (a slot that expired in a
+            # stall and went to another claimer would let this claim exceed the limit)
+            if self._slots is not None and self._slots.holds(lease):
+                if not await self._slots.renew(lease):
+                    log.warning(
+                        "the queue slot of run %s expired and is taken; handing the claim back",
+                        lease.run_id,
+                    )
+                    self._give_up()
+                    await self._hand_back()
+                    return
             try:
                 answer = await self._backend.runs.refresh_claim(
                     lease.owner, lease.run_id, lease.claim_token
@@ -66,10 +79,22 @@ class Heartbeat:
                 continue
             if isinstance(answer, ClaimLost):
                 log.info("claim on run %s was lost; stopping its drain", lease.run_id)
-                self.lost.set()
-                if self.work is not None:
-                    self.work.cancel()
+                self._give_up()
                 return
             self.refreshes += 1
-            if self._slots is not None and self._slots.holds(lease):
-                await self._slots.renew(lease)
+
+    def _give_up(self) -> None:
+        self.lost.set()
+        if self.work is not None:
+            self.work.cancel()
+
+    async def _hand_back(self) -> None:
+        """Release the claim (due again at once, for whoever gets a slot). Best effort: a
+        claim not released is recovered after ``orphan_ttl``."""
+        lease = self._lease
+        try:
+            await self._backend.runs.release_claim(lease.owner, lease.run_id, lease.claim_token)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("handing back the claim on %s failed: %s", lease.run_id, exc)

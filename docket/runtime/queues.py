@@ -163,19 +163,25 @@ class SlotBook:
     def holds(self, lease: Lease) -> bool:
         return lease.claim_token in self._held
 
-    async def renew(self, lease: Lease) -> None:
+    async def renew(self, lease: Lease) -> bool:
         """Move the claim's slot expiry on by ``orphan_ttl`` (with the claim's heartbeat).
-        Best effort: a slot not renewed expires with its claim."""
+        ``False`` when the slot had expired (a stall past ``orphan_ttl``) and could not be
+        taken again: the claim must not go on running outside the limit. A store failure
+        answers ``True`` (best effort: the next beat tries again)."""
         slot = self._held.get(lease.claim_token)
         store = self._view.store
         if slot is None or store is None:
-            return
+            return True
         try:
-            await store.renew_slots(slot.queue, [slot.holder], lease.orphan_ttl)
+            if await store.renew_slots(slot.queue, [slot.holder], lease.orphan_ttl):
+                return True
+            # expired: another claimer may have its place now; take one again if free
+            return bool(await store.acquire_slots(slot.queue, [slot.holder], lease.orphan_ttl))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("renewing the queue slot of run %s failed: %s", lease.run_id, exc)
+            return True
 
     async def release(self, lease: Lease) -> None:
         """Free the claim's slot (its claim ended). Best effort: a slot not released
