@@ -59,15 +59,15 @@ class Heartbeat:
             await asyncio.sleep(self._interval)
             # the slot first: the claim must never outlive it (a slot that expired in a
             # stall and went to another claimer would let this claim exceed the limit)
-            if self._slots is not None and self._slots.holds(lease):
-                if not await self._slots.renew(lease):
-                    log.warning(
-                        "the queue slot of run %s expired and is taken; handing the claim back",
-                        lease.run_id,
-                    )
-                    self._give_up()
-                    await self._hand_back()
-                    return
+            slots = self._slots
+            if slots is not None and slots.holds(lease) and not await slots.renew(lease):
+                log.warning(
+                    "the queue slot of run %s expired and is taken; handing the claim back",
+                    lease.run_id,
+                )
+                self._give_up()
+                await self._hand_back()
+                return
             try:
                 answer = await self._backend.runs.refresh_claim(
                     lease.owner, lease.run_id, lease.claim_token
