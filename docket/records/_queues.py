@@ -99,8 +99,11 @@ def queue_config_problems(config: object) -> list[str]:
         else:
             if not isinstance(rate.count, int) or isinstance(rate.count, bool) or rate.count < 1:
                 problems.append(f"rate.count: expected a positive integer, got {rate.count!r}")
-            if not isinstance(rate.period, timedelta) or rate.period <= timedelta(0):
-                problems.append(f"rate.period: expected a positive timedelta, got {rate.period!r}")
+            if not isinstance(rate.period, timedelta) or rate.period < timedelta(milliseconds=1):
+                # stored in whole milliseconds: a shorter period would store as zero
+                problems.append(f"rate.period: expected at least 1 ms, got {rate.period!r}")
+            elif rate.period % timedelta(milliseconds=1):
+                problems.append(f"rate.period: expected whole milliseconds, got {rate.period!r}")
     if not isinstance(config.paused, bool):
         problems.append(f"paused: expected a bool, got {config.paused!r}")
     return problems

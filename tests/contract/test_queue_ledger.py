@@ -91,6 +91,12 @@ def test_configs_round_trip_and_bad_ones_are_explained() -> None:
     )
     problems = queue_config_problems(bad)
     assert len(problems) == 4, problems
+    sub_ms = QueueConfig(name="q", rate=RateLimit(count=1, period=timedelta(microseconds=500)))
+    assert queue_config_problems(sub_ms) == [
+        "rate.period: expected at least 1 ms, got datetime.timedelta(microseconds=500)"
+    ]
+    odd = QueueConfig(name="q", rate=RateLimit(count=1, period=timedelta(microseconds=1500)))
+    assert len(queue_config_problems(odd)) == 1  # would not round-trip its storage
     with pytest.raises(ValueError, match="queue config"):
         queue_config_from_json(b'{"name": "q", "execution_limit": -1, "paused": false}')
 
