@@ -398,6 +398,12 @@ class FaultyBackend:
         notices come from the inner commits, so a lost reply still noticed its write."""
         return getattr(self.inner, "feed", None)
 
+    @property
+    def queues(self) -> object:
+        """The inner backend's queue store (``queues``), unfaulted, like ``schedules``:
+        no fault case reaches the slot ledger, and a bundle declaring it must negotiate."""
+        return getattr(self.inner, "queues", None)
+
     async def open(self) -> None:
         await self.inner.open()
 
