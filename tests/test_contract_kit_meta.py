@@ -267,3 +267,65 @@ def test_a_subscription_that_overflowed_answers_nothing_once_closed() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "streams: declared, passed (cases STREAM-SUBSCRIPTION-CLOSE)" in done.stdout
+
+
+QUEUE_IDS = (
+    "QUEUE-BAD-INPUT, QUEUE-CONFIG, QUEUE-FIFO, QUEUE-FILTER, QUEUE-LIMIT, QUEUE-PAUSE, "
+    "QUEUE-PRIORITY, QUEUE-RATE, QUEUE-SLOT-RETURN, QUEUE-START"
+)
+
+
+class _WithoutQueues(MemoryBackend):
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        return attrs.evolve(caps, features=caps.features - {Feature.QUEUES})
+
+
+def memory_without_queues(clock: Clock | None = None, limits: Limits | None = None) -> Backend:
+    """The memory backend declaring everything but ``queues`` (a kit factory)."""
+    return _WithoutQueues(clock=clock, limits=limits)
+
+
+def test_every_queue_mutant_is_a_negative_control() -> None:
+    from docket_contract_tests.mutants_queues import QUEUE_MUTANTS
+    from docket_contract_tests.negative import _registry
+
+    assert len(QUEUE_MUTANTS) >= 11
+    assert set(QUEUE_MUTANTS) <= set(_registry())
+    assert all(
+        m.catches and all(c.startswith("QUEUE-") for c in m.catches) for m in QUEUE_MUTANTS.values()
+    )
+
+
+def test_the_queue_cases_pass_on_memory_and_name_what_a_broken_ledger_breaks() -> None:
+    ids = QUEUE_IDS.replace(" ", "")
+    common = ["--docket-invariant", ids, "-q", "-p", "no:cacheprovider"]
+    kit = ["-m", "pytest", "--pyargs", "docket_contract_tests"]
+    done = _run(*kit, "--docket-backend", "memory://", *common)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"queues: declared, passed (cases {QUEUE_IDS})" in done.stdout
+    mutant = "docket_contract_tests.mutants_queues:limit_off_by_one"
+    limit = ["--docket-invariant", "QUEUE-LIMIT", "-q", "-p", "no:cacheprovider"]
+    done = _run(*kit, "--docket-backend-factory", mutant, *limit)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[QUEUE-LIMIT] round 0: 4 slots held at once in a queue limited to 3" in done.stdout
+    assert "queues: declared, FAILED by QUEUE-LIMIT" in done.stdout
+
+
+def test_the_queue_cases_check_nothing_when_queues_is_not_declared() -> None:
+    # a backend written before queues (like the KV adapter) still passes the kit
+    done = _run(
+        "-m",
+        "pytest",
+        "--pyargs",
+        "docket_contract_tests",
+        "--docket-backend-factory",
+        "tests.test_contract_kit_meta:memory_without_queues",
+        "--docket-invariant",
+        QUEUE_IDS.replace(" ", ""),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"queues: not declared (not checked; cases {QUEUE_IDS})" in done.stdout

@@ -207,7 +207,12 @@ class _Reference(MemoryBackend):
         preference: ClaimClass | None,
     ) -> list[Candidate]:
         """Which candidates one claim takes (the shared order, unless a mutant breaks it)."""
-        return select_claims(ready, expired, limit, preference)
+        return select_claims(ready, expired, limit, preference, self._priority)
+
+    def _in_queues(self, row: _Row, policy: ClaimPolicy, ready: bool) -> bool:
+        """``ClaimPolicy.queues`` (``Feature.QUEUES``): whether the claim may take ``row``
+        (``ready``: it is due, not an expired claim)."""
+        return policy.queues is None or row.queue in policy.queues
 
     async def claim_due(self, policy: ClaimPolicy) -> ClaimBatch | Retryable | Permanent:
         require_claim_policy(policy)
@@ -217,6 +222,8 @@ class _Reference(MemoryBackend):
             expired: list[Candidate] = []
             for (tenant, run_id), row in self._runs.items():
                 if not self._claimable(row):
+                    continue
+                if not self._in_queues(row, policy, row.claim_token is None):
                     continue
                 if row.claim_token is None:
                     if row.wake_at is not None and row.wake_at <= now:

@@ -1,6 +1,6 @@
 """Negative controls: prove the kit catches every mutant in :mod:`.mutants`,
-:mod:`.mutants_promises`, :mod:`.mutants_children`, :mod:`.mutants_time` and
-:mod:`.mutants_streams`.
+:mod:`.mutants_promises`, :mod:`.mutants_children`, :mod:`.mutants_time`,
+:mod:`.mutants_streams` and :mod:`.mutants_queues`.
 
 ``python -m docket_contract_tests.negative`` runs the whole kit (in-process
 ``pytest.main``) against the ``control`` copy of the reference backend, which must pass,
@@ -102,10 +102,18 @@ def _registry() -> dict[str, Any]:
     from docket_contract_tests.mutants import MUTANTS
     from docket_contract_tests.mutants_children import CHILD_MUTANTS
     from docket_contract_tests.mutants_promises import PROMISE_MUTANTS
+    from docket_contract_tests.mutants_queues import QUEUE_MUTANTS
     from docket_contract_tests.mutants_streams import STREAM_MUTANTS
     from docket_contract_tests.mutants_time import TIME_MUTANTS
 
-    return {**MUTANTS, **PROMISE_MUTANTS, **CHILD_MUTANTS, **TIME_MUTANTS, **STREAM_MUTANTS}
+    return {
+        **MUTANTS,
+        **PROMISE_MUTANTS,
+        **CHILD_MUTANTS,
+        **TIME_MUTANTS,
+        **STREAM_MUTANTS,
+        **QUEUE_MUTANTS,
+    }
 
 
 def _caught(name: str, outcome: Outcome) -> bool:
