@@ -193,6 +193,12 @@ class _UncheckedQueues(_Queues):
         return config
 
 
+class _StaleConfigs(_Queues):
+    async def queue_configs(self) -> Sequence[QueueConfig]:
+        # the bug: the claimer's cheap read leaves out the paused flag it must honour
+        return [attrs.evolve(c, paused=False) for c in await super().queue_configs()]
+
+
 class _WithQueues(_Reference):
     """The reference backend with another queue store (``store``) and ledger class."""
 
@@ -295,6 +301,12 @@ class BadConfigStored(_WithQueues):
     bug = "set_queue stores a config with a zero limit or a bad rate"
     catches = ("QUEUE-BAD-INPUT",)
     store = _UncheckedQueues
+
+
+class ConfigsUnpaused(_WithQueues):
+    bug = "queue_configs reports a paused queue as running (differs from list_queues)"
+    catches = ("QUEUE-CONFIG",)
+    store = _StaleConfigs
 
 
 class DepthCountsClaimed(_WithQueues):
@@ -429,6 +441,7 @@ fifo_reversed = _factory(FifoReversed)
 queue_lost_on_commit = _factory(QueueLostOnCommit)
 bad_queue_stored_as_default = _factory(BadQueueStoredAsDefault)
 queue_not_stored = _factory(QueueNotStored)
+configs_unpaused = _factory(ConfigsUnpaused)
 
 #: These mutants by factory name (all of them must be caught).
 QUEUE_MUTANTS: dict[str, type[_Reference]] = {
@@ -454,6 +467,7 @@ QUEUE_MUTANTS: dict[str, type[_Reference]] = {
     "queue_lost_on_commit": QueueLostOnCommit,
     "bad_queue_stored_as_default": BadQueueStoredAsDefault,
     "queue_not_stored": QueueNotStored,
+    "configs_unpaused": ConfigsUnpaused,
 }
 
 __all__ = ["QUEUE_MUTANTS", *QUEUE_MUTANTS]

@@ -568,6 +568,11 @@ async def test_queue_configs_round_trip_and_keep_the_ledger(docket_kit: Kit) -> 
     listed = await store.list_queues()
     names = [s.config.name for s in listed]
     k.eq(names, sorted([odd.name, limited, DEFAULT_QUEUE]), "list_queues: the queues, by name")
+    k.eq(
+        list(await store.queue_configs()),
+        [s.config for s in listed],
+        "queue_configs: the configs list_queues reports, in its order",
+    )
     by_name = {s.config.name: s for s in listed}
     k.eq(
         by_name[odd.name],
@@ -583,6 +588,14 @@ async def test_queue_configs_round_trip_and_keep_the_ledger(docket_kit: Kit) -> 
         (by_name[limited].config, by_name[limited].running),
         (attrs.evolve(full, execution_limit=None, rate=small), 7),
         "the reconfigured queue and its held slots",
+    )
+    # queue_configs, the claimer's cheap read, sees a pause at once
+    paused = attrs.evolve(odd, paused=True)
+    await store.set_queue(paused)
+    k.eq(
+        [c for c in await store.queue_configs() if c.name == odd.name],
+        [paused],
+        "queue_configs after a pause",
     )
 
 
