@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -259,14 +259,15 @@ async def _ledger_script(backend: Backend, clock: ManualClock) -> list[object]:
     out.append(await queues.renew_slots("api", ["n"], TTL, now=T0 + timedelta(hours=2)))
     await queues.release_slots("api", ["n", "o", "unknown"])
     out.append(await queues.list_queues())
-    for bad in (
+    bad_calls: list[Callable[[], Awaitable[object]]] = [
         lambda: queues.acquire_slots("api", [], TTL),
         lambda: queues.acquire_slots("api", ["x", "x"], TTL),
         lambda: queues.acquire_slots("bad name", ["x"], TTL),
         lambda: queues.renew_slots("api", ["x"], -TTL),
         lambda: queues.set_queue(QueueConfig(name="api", execution_limit=0)),
         lambda: queues.fetch_queue(""),
-    ):
+    ]
+    for bad in bad_calls:
         with pytest.raises(ValueError):
             await bad()
     out.append(await queues.list_queues())  # the refused calls changed nothing
