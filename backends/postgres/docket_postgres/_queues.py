@@ -67,6 +67,7 @@ _PUT_SLOTS: Final = (
     "ON CONFLICT (queue, holder) DO UPDATE SET expires_at = excluded.expires_at"
 )
 _FETCH: Final = "SELECT config FROM @schema@.queues WHERE name = %s"
+_CONFIGS: Final = "SELECT name, config FROM @schema@.queues"
 # every configured queue with its live slots, and every queue's depth (its unclaimed
 # running runs due now), at one instant
 _LIST: Final = (
@@ -188,6 +189,13 @@ class PostgresQueues:
         if rows:
             return queue_config_from_json(str(rows[0][0]))
         return default_config() if name == DEFAULT_QUEUE else NotFound("queue")
+
+    async def queue_configs(self) -> Sequence[QueueConfig]:
+        engine = self._engine
+        rows = await engine.fetch(engine.q(_CONFIGS), (), write=False)
+        configs = {str(name): queue_config_from_json(str(config)) for name, config in rows}
+        configs.setdefault(DEFAULT_QUEUE, default_config())
+        return [config for _, config in sorted(configs.items())]
 
     async def list_queues(self) -> Sequence[QueueStatus]:
         engine = self._engine
