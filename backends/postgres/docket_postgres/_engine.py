@@ -263,16 +263,25 @@ class Engine:
             raise store_error(exc, sent=sent, write=write) from exc
 
     async def transaction(
-        self, body: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]], *, write: bool
+        self,
+        body: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+        *,
+        write: bool,
+        pipeline: bool = False,
     ) -> T:
         """Run ``body`` in one transaction on a pooled connection (several statements that
         must be atomic together: the queue ledger's operations); raise a classified
-        :class:`StoreError` for a database failure (the transaction is rolled back)."""
+        :class:`StoreError` for a database failure (the transaction is rolled back).
+        ``pipeline``: in psycopg's pipeline mode, so ``BEGIN``, the statements ``body``
+        sends before it reads a result, and ``COMMIT`` share round trips."""
         pool = await self._ensure_open()
         sent = False
         try:
             async with pool.connection() as conn:
                 sent = True
+                if pipeline:
+                    async with conn.pipeline(), conn.transaction():
+                        return await body(conn)
                 async with conn.transaction():
                     return await body(conn)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:

@@ -111,13 +111,15 @@ class PostgresQueues:
                 await conn.execute(
                     engine.q(_CREATE), (name, queue_config_to_json(config).decode(), 0.0, given)
                 )
-            cur = await conn.execute(engine.q(_LOCK), (given, name))
-            row = await cur.fetchone()
+            # both sent before either answer is read: one round trip in pipeline mode
+            # (the slots are still read after the lock is granted: statements run in order)
+            lock = await conn.execute(engine.q(_LOCK), (given, name))
+            slots = await conn.execute(engine.q(_SLOTS), (name,))
+            row = await lock.fetchone()
             if row is None:
                 return None
             config_text, tokens, refilled_at, at = row
-            cur = await conn.execute(engine.q(_SLOTS), (name,))
-            before = {_holder(h): utc(e) for h, e in await cur.fetchall()}
+            before = {_holder(h): utc(e) for h, e in await slots.fetchall()}
             ledger = SlotLedger(
                 config=queue_config_from_json(str(config_text)),
                 holders=dict(before),
@@ -128,7 +130,9 @@ class PostgresQueues:
             await self._save(conn, name, before, ledger)
             return result
 
-        return await engine.transaction(body, write=True)
+        # pipelined: BEGIN, the lock and the slot read in one round trip, the writes and
+        # COMMIT in another
+        return await engine.transaction(body, write=True, pipeline=True)
 
     async def _save(
         self, conn: Conn, name: str, before: dict[str, datetime], ledger: SlotLedger
