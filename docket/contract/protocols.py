@@ -488,7 +488,8 @@ class QueueStore(Protocol):
         """How many of ``holders`` were granted, in order: the first ``n`` of those not
         already held are recorded as held until ``now + ttl`` (``now=None``: the
         backend's clock). ``n`` is the :func:`~docket.contract.queues.grant` of the
-        queue's config, its live slots and its rate bucket (tokens are taken for each grant). An unknown queue grants nothing.
+        queue's config, its live slots and its rate bucket (tokens are taken for each
+        grant). An unknown queue grants nothing.
         Raises ``ValueError`` for a malformed name, duplicate or empty holders, or a
         negative ``ttl``, changing nothing."""
 
