@@ -13,7 +13,8 @@ from datetime import timedelta
 from docket import Docket
 from docket.contract.memory import MemoryBackend
 from docket.contract.protocols import QueueStore
-from docket.proposals import ClaimPolicy, Lease
+from docket.proposals import ClaimBatch, ClaimPolicy, Lease
+from docket.records import RunInfo
 from docket.runtime.heartbeat import Heartbeat
 from docket.runtime.queues import QueueView, SlotBook
 from tests.runtime.queue_app import NODES, recording, wait_for
@@ -32,6 +33,7 @@ async def _claimed(backend: MemoryBackend) -> tuple[Lease, SlotBook, QueueStore]
     batch = await backend.runs.claim_due(
         ClaimPolicy(limit=1, orphan_ttl=TTL, max_claim_attempts=5, queues=frozenset({"q"}))
     )
+    assert isinstance(batch, ClaimBatch)
     (lease,) = batch.leases
     slots = SlotBook(QueueView(backend, refresh=0.0))
     slots.hold(lease.claim_token, "q", "mine")
@@ -51,7 +53,8 @@ def test_a_slot_taken_by_another_claimer_ends_the_claim_and_hands_it_back() -> N
         finally:
             await beat.stop()
         info = await backend.runs.inspect_run(lease.owner, lease.run_id)
-        assert not isinstance(info, Exception) and info.claimed_at is None  # handed back
+        assert isinstance(info, RunInfo)
+        assert info.claimed_at is None  # handed back
         (status,) = [s for s in await store.list_queues() if s.config.name == "q"]
         assert status.running == 1  # only the other claimer's slot
 
