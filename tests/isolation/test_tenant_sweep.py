@@ -247,6 +247,11 @@ FACADE_EXEMPT: dict[str, str] = {
     "run_worker": "workers serve every tenant; a lease carries its run's owner",
     "drain_due": "drains whatever is due, in each run's own scope",
     "prune": "retention spans every tenant: an operator's operation by age, naming no data",
+    "queues": "queues are namespace-wide: an operator's view of every queue, no tenant's data",
+    "queue": "queues are namespace-wide: a queue's config names no tenant's data",
+    "configure_queue": "queues are namespace-wide: an operator's setting",
+    "pause_queue": "queues are namespace-wide: an operator's setting",
+    "resume_queue": "queues are namespace-wide: an operator's setting",
 }
 
 # -- the store table ------------------------------------------------------------------------------
