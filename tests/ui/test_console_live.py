@@ -150,7 +150,11 @@ def test_a_live_runs_stream_keeps_alive_and_ends_when_the_client_goes(
             assert response.status_code == 200
             seen: list[str] = []
             events = 0
-            for line in response.iter_lines():
+            # held, so that leaving the loop does not close the line iterator: httpx closes
+            # the connection when it is dropped, and the server could see the client go
+            # before the count below is read
+            lines = response.iter_lines()
+            for line in lines:
                 seen.append(line)
                 events += line == "event: event"
                 if line == ": keep-alive" and events:  # every event sent; the run still waits
