@@ -27,7 +27,7 @@ from docket.records import (
     queue_config_problems,
     queue_name_problem,
 )
-from docket.runtime.queues import QueueRuntime, run_queue, uses_queues
+from docket.runtime.queues import QueueRuntime, queues_unsupported, run_queue, uses_queues
 from docket.runtime.worker import Worker
 from docket.values import JSONValue
 
@@ -54,12 +54,7 @@ UNCHANGED: Final = _Unchanged()
 def queue_store(backend: Backend, caps: Capabilities, action: str) -> QueueStore:
     """``backend.queues``, or ``Unsupported`` when the backend does not declare queues."""
     if Feature.QUEUES not in caps.features:
-        raise Unsupported(
-            f"cannot {action}: this backend ({caps.name or 'unnamed'}) does not declare the "
-            f"{Feature.QUEUES!s} feature named queues, priorities and limits need",
-            phase="queue",
-            details={"feature": str(Feature.QUEUES)},
-        )
+        raise queues_unsupported(action, caps.name or "unnamed")
     store: QueueStore = getattr(backend, "queues")  # noqa: B009  # optional store
     return store
 

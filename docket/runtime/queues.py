@@ -389,14 +389,20 @@ async def require_served(view: QueueView, served: frozenset[str] | None) -> None
             )
 
 
+def queues_unsupported(action: str, backend_name: str = "") -> errors.Unsupported:
+    """The one refusal of a queue operation on a backend without ``Feature.QUEUES``."""
+    named = f" ({backend_name})" if backend_name else ""
+    return errors.Unsupported(
+        f"cannot {action}: this backend{named} does not declare the {Feature.QUEUES!s} "
+        "feature named queues, priorities and limits need",
+        phase="queue",
+        details={"feature": str(Feature.QUEUES)},
+    )
+
+
 def require_store(view: QueueView, action: str) -> QueueStore:
     """The queue store, or ``Unsupported`` when the backend does not declare queues."""
     store = view.store
     if store is None:
-        raise errors.Unsupported(
-            f"cannot {action}: the backend does not declare the {Feature.QUEUES!s} feature "
-            "named queues, priorities and limits need",
-            phase="queue",
-            details={"feature": str(Feature.QUEUES)},
-        )
+        raise queues_unsupported(action)
     return store
