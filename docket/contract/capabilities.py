@@ -51,6 +51,9 @@ class Feature(StrEnum):
     # ClaimPolicy.queues and priority order, and backend.queues is a QueueStore (queue
     # configs and the slot ledger that enforces limits; docs/contract.md#queues)
     QUEUES = "queues"
+    # backend.admissions is an AdmissionStore: admission limits (unfinished runs per queue
+    # and per tenant within it) with held starts; needs QUEUES (docs/contract.md#admission)
+    ADMISSION = "admission"
 
 
 @attrs.frozen(kw_only=True)
@@ -219,6 +222,12 @@ def _check_optional_stores(backend: object, caps: Capabilities) -> None:
     """A feature that names a store (``schedules``) needs that store, whole and async."""
     from docket.contract.protocols import OPTIONAL_STORES
 
+    if Feature.ADMISSION in caps.features and Feature.QUEUES not in caps.features:
+        # the admission ledger reads the configs the queue store keeps
+        raise BackendContractError(
+            ContractDefect.INVALID_CAPABILITIES,
+            "'admission' needs 'queues': declare both or neither",
+        )
     for accessor, (protocol, feature) in OPTIONAL_STORES.items():
         if feature not in caps.features:
             continue

@@ -48,7 +48,7 @@ from docket.contract.errors import (
     TransitionResult,
 )
 from docket.contract.feed import FeedHub
-from docket.contract.memory_queues import MemoryQueues
+from docket.contract.memory_queues import MemoryAdmissions, MemoryQueues
 from docket.contract.memory_retention import prune_rows
 from docket.contract.memory_rows import MemoryGraphRow, MemoryRow
 from docket.contract.memory_schedules import MemorySchedules
@@ -146,6 +146,7 @@ class MemoryBackend:
         self.schedules = MemorySchedules(self._clock, self._limits)
         self.feed = FeedHub()  # Feature.STREAMS: notices after each commit, emissions
         self.queues = MemoryQueues(self._clock, self._depth)  # Feature.QUEUES
+        self.admissions = MemoryAdmissions(self.queues)  # Feature.ADMISSION
 
     # -- bundle -------------------------------------------------------------------------
 
@@ -163,6 +164,7 @@ class MemoryBackend:
                     Feature.SCHEDULES,
                     Feature.STREAMS,
                     Feature.QUEUES,
+                    Feature.ADMISSION,
                 }
             ),
             name="memory",

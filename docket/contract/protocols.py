@@ -47,6 +47,8 @@ from docket.contract.proposals import (
 )
 from docket.contract.retention import PruneResult
 from docket.records import (
+    Admission,
+    AdmissionView,
     CronSchedule,
     Emission,
     Event,
@@ -55,6 +57,7 @@ from docket.records import (
     GraphRef,
     GraphVersion,
     GraphVersionPage,
+    HeldStart,
     OwnerScope,
     QueueConfig,
     QueueStatus,
@@ -505,6 +508,57 @@ class QueueStore(Protocol):
         (capped at its size)."""
 
 
+class AdmissionStore(Protocol):
+    """Optional (``Feature.ADMISSION``, which needs ``Feature.QUEUES``): the admission
+    ledger of queues whose config sets ``admission_limit`` or ``tenant_admission_limit``,
+    as ``backend.admissions``. It reads each queue's config from the same storage as
+    ``backend.queues``, and every operation on one queue is atomic against every other
+    on it (and against ``set_queue``). The rules are :mod:`docket.contract.admission`
+    (docs/contract.md#admission).
+
+    The store never initialises a run: it answers which starts may be initialised, and
+    keeps the opaque ``start`` of each until its run finishes, so a caller that crashed
+    after a promotion can be replaced by another that reads it back (``admissions``)."""
+
+    async def admit(
+        self,
+        name: str,
+        run_id: str,
+        tenant: str | None,
+        priority: int,
+        start: bytes,
+        now: datetime | None = None,
+    ) -> Admission | NotFound:
+        """Admit or hold one start (see :class:`~docket.contract.admission.AdmissionBook`):
+        ``ADMITTED`` when the caller may initialise it now, ``HELD`` when the store keeps
+        it. A run id the queue's ledger already has answers its state, changing nothing.
+        ``NotFound(what=queue)`` for an unknown queue, storing nothing. Raises
+        ``ValueError`` for malformed arguments (``require_admit_request``)."""
+
+    async def finish_admitted(
+        self, name: str, run_ids: Sequence[str], now: datetime | None = None
+    ) -> Sequence[HeldStart]:
+        """Forget those of ``run_ids`` admitted in the queue (their runs finished; unknown
+        ones are ignored), then promote held starts while the limits allow. Answers the
+        promoted starts, in promotion order: the caller initialises them."""
+
+    async def promote_held(self, name: str, now: datetime | None = None) -> Sequence[HeldStart]:
+        """Promote held starts while the limits allow (after a limit was raised, or to
+        finish a promotion a crashed caller began); answers them in promotion order."""
+
+    async def drop_held(self, name: str, run_id: str) -> HeldStart | None:
+        """Remove a held (not admitted) start, answering it; ``None`` if the queue holds
+        no such start. A cancelled start is dropped this way."""
+
+    async def held_start(self, run_id: str, tenant: str | None) -> HeldStart | None:
+        """The start of ``run_id`` (of that tenant) in any queue's ledger, held or
+        admitted, or ``None``: how a run that is not initialised yet is found."""
+
+    async def admissions(self, name: str, limit: int = 1000) -> AdmissionView:
+        """The queue's ledger: admitted starts by ``seq`` and held ones in promotion
+        order, at most ``limit`` of each (an unknown queue's is empty)."""
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -524,12 +578,14 @@ OPTIONAL_STORES: dict[str, tuple[type, str]] = {
     "schedules": (ScheduleStore, "schedules"),
     "feed": (EventFeed, "streams"),
     "queues": (QueueStore, "queues"),
+    "admissions": (AdmissionStore, "admission"),
 }
 
 __all__ = [
     "OPTIONAL_PROTOCOLS",
     "OPTIONAL_STORES",
     "STORE_PROTOCOLS",
+    "AdmissionStore",
     "Backend",
     "ChainedCommits",
     "ClaimedRuns",

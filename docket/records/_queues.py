@@ -11,7 +11,8 @@ The store keeps the configs and the slot ledger; the rules that decide a grant a
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any, Final
 
 import attrs
@@ -61,12 +62,24 @@ class RateLimit:
 @attrs.frozen(kw_only=True)
 class QueueConfig:
     """One queue's limits. ``None`` means unlimited; a paused queue hands out no claims
-    (runs already claimed finish their step; nothing new starts executing)."""
+    (runs already claimed finish their step; nothing new starts executing).
+
+    ``admission_limit`` (``Feature.ADMISSION``) caps the queue's *unfinished* runs: a run
+    started beyond it is held by the store, not yet initialised, until an admitted run
+    finishes. ``tenant_admission_limit`` caps them per tenant (owner scope) within the
+    queue, on top of the queue-wide cap. Pausing does not stop admission."""
 
     name: str
     execution_limit: int | None = None
     rate: RateLimit | None = None
     paused: bool = False
+    admission_limit: int | None = None
+    tenant_admission_limit: int | None = None
+
+    @property
+    def admission_limited(self) -> bool:
+        """Whether a start in this queue must be admitted by the store first."""
+        return self.admission_limit is not None or self.tenant_admission_limit is not None
 
     @property
     def limited(self) -> bool:
@@ -77,11 +90,46 @@ class QueueConfig:
 @attrs.frozen(kw_only=True)
 class QueueStatus:
     """What ``list_queues`` reports: the config, the slots held now (``running``: claims
-    counted against the limit) and ``depth`` (runs of the queue due now and unclaimed)."""
+    counted against the limit) and ``depth`` (runs of the queue due now and unclaimed).
+    With ``Feature.ADMISSION``: ``admitted`` (runs counted against the admission limit)
+    and ``held`` (starts waiting to be admitted); 0 elsewhere."""
 
     config: QueueConfig
     running: int
     depth: int
+    admitted: int = 0
+    held: int = 0
+
+
+class Admission(StrEnum):
+    """What ``admit`` answers for a start."""
+
+    ADMITTED = "admitted"  # counted against the limits: initialise the run now
+    HELD = "held"  # kept by the store until an admitted run of the queue finishes
+
+
+@attrs.frozen(kw_only=True)
+class HeldStart:
+    """A start the admission ledger keeps: held (waiting), or admitted (counted) until its
+    run finishes. ``start`` is opaque to the store (the runtime's encoding of the
+    initialising proposal); ``seq`` orders starts of one queue (FIFO within a priority)."""
+
+    queue: str
+    run_id: str
+    tenant: str | None
+    priority: int
+    seq: int
+    start: bytes
+    at: datetime  # when it was held, or admitted
+
+
+@attrs.frozen(kw_only=True)
+class AdmissionView:
+    """One queue's admission ledger: every admitted start (by ``seq``) and the held ones
+    in promotion order (priority, highest first, then ``seq``), at most ``limit`` each."""
+
+    admitted: tuple[HeldStart, ...]
+    held: tuple[HeldStart, ...]
 
 
 def queue_config_problems(config: object) -> list[str]:
@@ -106,6 +154,12 @@ def queue_config_problems(config: object) -> list[str]:
                 problems.append(f"rate.period: expected whole milliseconds, got {rate.period!r}")
     if not isinstance(config.paused, bool):
         problems.append(f"paused: expected a bool, got {config.paused!r}")
+    for field in ("admission_limit", "tenant_admission_limit"):
+        value = getattr(config, field)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            problems.append(f"{field}: expected a positive integer or None, got {value!r}")
     return problems
 
 
@@ -119,6 +173,11 @@ def queue_config_to_dict(config: QueueConfig) -> JSONDict:
             "count": config.rate.count,
             "period_ms": round(config.rate.period.total_seconds() * 1000),
         }
+    # written only when set, so a config without them encodes as it always did
+    if config.admission_limit is not None:
+        out["admission_limit"] = config.admission_limit
+    if config.tenant_admission_limit is not None:
+        out["tenant_admission_limit"] = config.tenant_admission_limit
     return out
 
 
@@ -139,6 +198,8 @@ def queue_config_from_dict(data: Any) -> QueueConfig:
             if rate is None
             else RateLimit(count=rate["count"], period=timedelta(milliseconds=rate["period_ms"])),
             paused=data.get("paused", False),
+            admission_limit=data.get("admission_limit"),
+            tenant_admission_limit=data.get("tenant_admission_limit"),
         )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"queue config: malformed {data!r}") from exc
