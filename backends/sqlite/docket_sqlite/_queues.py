@@ -45,6 +45,17 @@ DEPTH_SQL = (
 )
 
 
+#: ``list_queues``' queue rows: each config, its live slots and (``Feature.ADMISSION``,
+#: version 6) its admitted and held starts, each count one range of an index.
+LIST_SQL = (
+    "SELECT q.name, q.config, "
+    "(SELECT count(*) FROM docket_queue_slots s WHERE s.queue = q.name AND s.expires_at_us >= ?), "
+    "(SELECT count(*) FROM docket_admissions a WHERE a.queue = q.name AND a.held = 0), "
+    "(SELECT count(*) FROM docket_admissions a WHERE a.queue = q.name AND a.held = 1) "
+    "FROM docket_queues q"
+)
+
+
 def _config(name: str, data: bytes) -> QueueConfig:
     try:
         config = queue_config_from_json(bytes(data))
@@ -53,6 +64,22 @@ def _config(name: str, data: bytes) -> QueueConfig:
     if config.name != name:
         raise PermanentStoreError(f"queue {name!r}: stored config names {config.name!r}")
     return config
+
+
+def stored_config(
+    conn: sqlite3.Connection, name: str, *, insert_default_at: datetime | None = None
+) -> QueueConfig | None:
+    """The queue's config as its row stores it (``None``: no row). With
+    ``insert_default_at``, "default" without a row gets one, as its first slot write
+    would (rows of other tables reference it)."""
+    row = conn.execute("SELECT config FROM docket_queues WHERE name = ?", (name,)).fetchone()
+    if row is not None:
+        return _config(name, row[0])
+    if name != DEFAULT_QUEUE or insert_default_at is None:
+        return None
+    now = insert_default_at
+    _save(conn, SlotLedger.new(default_config(), now), {}, now)
+    return default_config()
 
 
 def _load(
@@ -154,17 +181,22 @@ class SQLiteQueueStore:
 
         def job(conn: sqlite3.Connection) -> list[QueueStatus]:
             now_us = engine.now_us(None)
-            rows = conn.execute(
-                "SELECT q.name, q.config, (SELECT count(*) FROM docket_queue_slots s "
-                "WHERE s.queue = q.name AND s.expires_at_us >= ?) FROM docket_queues q",
-                (now_us,),
-            ).fetchall()
-            held = {str(name): (_config(str(name), data), int(n)) for name, data, n in rows}
-            held.setdefault(DEFAULT_QUEUE, (default_config(), 0))
+            rows = conn.execute(LIST_SQL, (now_us,)).fetchall()
+            held = {
+                str(name): (_config(str(name), data), int(n), int(admitted), int(waiting))
+                for name, data, n, admitted, waiting in rows
+            }
+            held.setdefault(DEFAULT_QUEUE, (default_config(), 0, 0, 0))
             depth = {str(q): int(n) for q, n in conn.execute(DEPTH_SQL, (now_us,))}
             return [
-                QueueStatus(config=config, running=running, depth=depth.get(name, 0))
-                for name, (config, running) in sorted(held.items())
+                QueueStatus(
+                    config=config,
+                    running=running,
+                    depth=depth.get(name, 0),
+                    admitted=admitted,
+                    held=waiting,
+                )
+                for name, (config, running, admitted, waiting) in sorted(held.items())
             ]
 
         return await engine.read(job)
@@ -222,4 +254,4 @@ class SQLiteQueueStore:
         return await engine.write(job)
 
 
-__all__ = ["DEPTH_SQL", "SQLiteQueueStore"]
+__all__ = ["DEPTH_SQL", "LIST_SQL", "SQLiteQueueStore", "stored_config"]

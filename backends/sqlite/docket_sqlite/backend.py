@@ -18,6 +18,8 @@ Where the rest lives:
 * ``_retention.py`` — ``prune`` (``Feature.PRUNE``);
 * ``_queues.py``, ``_claims.py`` — named queues' ledger (``Feature.QUEUES``) and the
   claim's candidate reads by queue and priority;
+* ``_admissions.py`` — queues' admission ledger (``backend.admissions``,
+  ``Feature.ADMISSION``);
 * ``schema.py`` — the DDL, connection settings and migrations.
 
 Other processes on the same file learn about new work by polling (see the docs).
@@ -37,6 +39,7 @@ import attrs
 
 from docket.clock import system_clock
 from docket.contract import Capabilities, Feature, Limits, PruneResult
+from docket_sqlite._admissions import SQLiteAdmissionStore
 from docket_sqlite._engine import Engine
 from docket_sqlite._events import SQLiteEventStore
 from docket_sqlite._feed import DEFAULT_FEED_POLL
@@ -133,6 +136,7 @@ class SQLiteBackend:
         self._schedules = SQLiteScheduleStore(engine)
         self._feed = SQLiteFeed(engine)
         self._queues = SQLiteQueueStore(engine)
+        self._admissions = SQLiteAdmissionStore(engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> SQLiteBackend:
@@ -166,6 +170,8 @@ class SQLiteBackend:
             Feature.STREAMS,
             # schema version 5: runs keep queue and priority, queues and slots have tables
             Feature.QUEUES,
+            # schema version 6: the admission ledger has a table beside the queue rows
+            Feature.ADMISSION,
         }
         if not self._engine.target.memory:
             features.add(Feature.DURABLE)
@@ -204,6 +210,12 @@ class SQLiteBackend:
         """Named queues and their slot ledger (``Feature.QUEUES``): a
         ``docket.contract.QueueStore``."""
         return self._queues
+
+    @property
+    def admissions(self) -> SQLiteAdmissionStore:
+        """Queues' admission ledger (``Feature.ADMISSION``): a
+        ``docket.contract.AdmissionStore``."""
+        return self._admissions
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -22,6 +22,9 @@ Conventions of the schema:
   ``priority`` there, set when it starts and never changed; the claim indexes lead with
   them. ``docket_queues`` holds each configured queue's config (``queue_config_to_json``)
   and rate bucket, ``docket_queue_slots`` its held slots (see ``_queues.py``).
+* Admission (version 6): ``docket_admissions`` is each queue's admission ledger, one row
+  per start held or admitted (``held`` 1/0), the opaque start beside it; the queue row
+  counts the ``seq`` it gave last (see ``_admissions.py``).
 * CHECK constraints state the operational-tuple invariants, so the file itself refuses
   an impossible row, whoever writes it; triggers make run identity, events and
   recorded transitions immutable.
@@ -51,7 +54,7 @@ from docket_sqlite.errors import (
 )
 from docket_sqlite.url import Target, parse_url
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 MIN_SQLITE_VERSION: Final = (3, 37, 0)  # STRICT tables (3.37), RETURNING (3.35)
 SYNCHRONOUS_MODES: Final = ("FULL", "NORMAL")
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
@@ -381,6 +384,38 @@ END""",
 ) STRICT, WITHOUT ROWID""",
 )
 
+# Version 6 (admission limits, Feature.ADMISSION). ``docket_admissions`` holds each
+# queue's admission ledger: one row per start the queue holds (``held = 1``) or has
+# admitted and not yet seen finish (``held = 0``), with the caller's opaque ``start``, its
+# tenant (``''``: tenantless, as everywhere), priority, ``seq`` and the time it was held
+# or admitted. A rowid table, not WITHOUT ROWID: a start may be megabytes, and the
+# indexes below keep the ledger's walks off those rows. The queue row keeps the last
+# ``seq`` it gave (``admission_seq``; 0: none yet), so a seq is never reused.
+_V6: Final[tuple[str, ...]] = (
+    "ALTER TABLE docket_queues ADD COLUMN admission_seq INTEGER NOT NULL DEFAULT 0",
+    """CREATE TABLE docket_admissions (
+    queue    TEXT    NOT NULL REFERENCES docket_queues (name),
+    run_id   TEXT    NOT NULL CHECK (run_id <> ''),
+    tenant   TEXT    NOT NULL,
+    priority INTEGER NOT NULL CHECK (priority BETWEEN -100 AND 100),
+    seq      INTEGER NOT NULL CHECK (seq >= 1),
+    start    BLOB    NOT NULL,
+    at_us    INTEGER NOT NULL,
+    held     INTEGER NOT NULL CHECK (held IN (0, 1)),
+    PRIMARY KEY (queue, run_id),
+    UNIQUE (queue, seq)
+) STRICT""",
+    # A queue's held starts in promotion order (priority highest first, then seq), and
+    # its admitted ones by seq: the promotion walk, the admitted count, the view. It
+    # carries tenant and run_id so the walk never reads a row it does not promote.
+    """CREATE INDEX docket_admissions_order
+    ON docket_admissions (queue, held, priority DESC, seq, tenant, run_id)""",
+    # One tenant's starts in a queue: its admitted count, whether it has a held start.
+    "CREATE INDEX docket_admissions_by_tenant ON docket_admissions (queue, tenant, held)",
+    # A start by run id, whatever its queue: held_start.
+    "CREATE INDEX docket_admissions_by_run ON docket_admissions (run_id, tenant, queue)",
+)
+
 #: Ordered migrations: ``(version, statements)``; applying version N's statements to a
 #: file at version N-1 yields version N. Version 0 is "no docket tables yet".
 MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
@@ -389,6 +424,7 @@ MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
     (3, _V3),
     (4, _V4),
     (5, _V5),
+    (6, _V6),
 )
 
 #: Tables a file at :data:`SCHEMA_VERSION` must have (the shape check on open).
@@ -404,6 +440,7 @@ REQUIRED_TABLES: Final = frozenset(
         "docket_emissions",
         "docket_queues",
         "docket_queue_slots",
+        "docket_admissions",
     }
 )
 
