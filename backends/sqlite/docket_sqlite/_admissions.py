@@ -110,7 +110,7 @@ def _promote(conn: sqlite3.Connection, config: QueueConfig, at_us: int) -> list[
     """Promote held starts while the limits allow (``AdmissionBook.promote``), in
     promotion order; the caller's transaction writes them."""
     name, cap = config.name, config.admission_limit
-    admitted = _count(conn, _COUNT, name, 0)
+    admitted = 0 if cap is None else _count(conn, _COUNT, name, 0)  # admits reads it only then
     if cap is not None and admitted >= cap:
         return []
     counts: dict[str, int] = {}
@@ -237,10 +237,12 @@ class SQLiteAdmissionStore:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"limit: expected a positive integer, got {limit!r}")
 
+        rows = min(limit, 1 << 62)  # SQLite's LIMIT is a 64-bit integer
+
         def job(conn: sqlite3.Connection) -> AdmissionView:
             select = f"SELECT {_COLUMNS} FROM docket_admissions WHERE queue = ? AND held = ?"
-            admitted = conn.execute(f"{select} ORDER BY seq LIMIT ?", (name, 0, limit))
-            held = conn.execute(f"{select} ORDER BY priority DESC, seq LIMIT ?", (name, 1, limit))
+            admitted = conn.execute(f"{select} ORDER BY seq LIMIT ?", (name, 0, rows))
+            held = conn.execute(f"{select} ORDER BY priority DESC, seq LIMIT ?", (name, 1, rows))
             return AdmissionView(
                 admitted=tuple(_start(row) for row in admitted.fetchall()),
                 held=tuple(_start(row) for row in held.fetchall()),

@@ -77,6 +77,7 @@ async def _script(backend: Backend, clock: ManualClock) -> list[object]:
         await note(adm.held_start(run_id, tenant))
     await note(adm.held_start("n1", ""))  # '' is no tenant: never the tenantless start
     out.append(await adm.admissions("onb", limit=2))
+    out.append(await adm.admissions("onb", limit=10**30))  # past SQLite's 64-bit LIMIT
     await look("onb")
     # a finish ignores unknown and held ids, then promotes: b3 first (priority 100)
     await note(adm.finish_admitted("onb", ["a1", "unknown", "a3"]))

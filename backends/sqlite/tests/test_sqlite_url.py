@@ -120,6 +120,7 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.PRUNE,
         Feature.STREAMS,
         Feature.QUEUES,
+        Feature.ADMISSION,
     }
     normal = SQLiteBackend(tmp_path / "normal.db", synchronous="NORMAL")
     assert negotiate(normal).features == {
@@ -133,6 +134,7 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.PRUNE,
         Feature.STREAMS,
         Feature.QUEUES,
+        Feature.ADMISSION,
     }
     memory = SQLiteBackend(":memory:")
     assert negotiate(memory).features == {
@@ -145,5 +147,6 @@ def test_negotiation_and_features(tmp_path: Path) -> None:
         Feature.PRUNE,
         Feature.STREAMS,
         Feature.QUEUES,
+        Feature.ADMISSION,
     }
     assert memory.path is None
