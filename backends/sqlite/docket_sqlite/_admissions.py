@@ -9,10 +9,12 @@ config from the row ``backend.queues`` writes, so it cannot interleave with anot
 admission operation or a ``set_queue`` in any process on the file.
 
 Counts are SQL over the ledger's indexes (a queue's admitted starts, one tenant's), never
-a load of the ledger; promotion walks the held starts in promotion order through the
-``docket_admissions_order`` index (run id and tenant only, no start bytes) and stops at
-the queue's cap. A tenant-only cap has no queue cap to stop at: the walk then reads every
-held entry behind the tenants at their cap, as the reference does.
+a load of the ledger. A promotion reads only what it promotes, from covering indexes
+(never the start bytes): without a tenant cap, the queue's first held starts in
+promotion order; with one, each tenant's first held starts up to its free room (one
+seek to find each tenant with held starts), merged in promotion order and cut at the
+queue's room — the same starts, in the same order, as the reference's walk, without
+reading the held starts queued behind tenants at their cap.
 """
 
 from __future__ import annotations
@@ -34,10 +36,21 @@ from docket_sqlite._threads import Done
 
 _COLUMNS = "queue, run_id, tenant, priority, seq, start, at_us"
 
-#: The promotion walk: a queue's held starts in promotion order, from the index alone.
+#: A queue's held starts in promotion order, from the index alone: the promotion when
+#: no tenant has a cap (nothing is skipped), and the view.
 WALK_SQL = (
     "SELECT run_id, tenant FROM docket_admissions WHERE queue = ? AND held = 1 "
     "ORDER BY priority DESC, seq"
+)
+#: The tenants with held starts in a queue, one index seek each (``''`` is tenantless).
+FIRST_HELD_TENANT_SQL = "SELECT min(tenant) FROM docket_admissions WHERE queue = ? AND held = 1"
+NEXT_HELD_TENANT_SQL = (
+    "SELECT min(tenant) FROM docket_admissions WHERE queue = ? AND held = 1 AND tenant > ?"
+)
+#: One tenant's first held starts in promotion order, from the index alone.
+TENANT_WALK_SQL = (
+    "SELECT priority, seq, run_id FROM docket_admissions "
+    "WHERE queue = ? AND held = 1 AND tenant = ? ORDER BY priority DESC, seq LIMIT ?"
 )
 #: ``held_start``: the reference looks through the queues in name order.
 HELD_START_SQL = (
@@ -109,30 +122,16 @@ def _admit(
 def _promote(conn: sqlite3.Connection, config: QueueConfig, at_us: int) -> list[HeldStart]:
     """Promote held starts while the limits allow (``AdmissionBook.promote``), in
     promotion order; the caller's transaction writes them."""
-    name, cap = config.name, config.admission_limit
-    admitted = 0 if cap is None else _count(conn, _COUNT, name, 0)  # admits reads it only then
-    if cap is not None and admitted >= cap:
-        return []
-    counts: dict[str, int] = {}
-    chosen: list[str] = []
-    walk = conn.execute(WALK_SQL, (name,))
-    try:
-        for run_id, tenant in walk:
-            if cap is not None and admitted >= cap:
-                break
-            if tenant not in counts:
-                counts[tenant] = (
-                    0
-                    if config.tenant_admission_limit is None
-                    else _count(conn, _TENANT_ADMITTED, name, tenant)
-                )
-            if not admits(config, admitted, counts[tenant]):
-                continue
-            chosen.append(str(run_id))
-            counts[tenant] += 1
-            admitted += 1
-    finally:
-        walk.close()  # before the updates: they move rows of the index it reads
+    name, cap, tenant_cap = config.name, config.admission_limit, config.tenant_admission_limit
+    room = -1  # SQLite's LIMIT -1: no limit
+    if cap is not None:
+        room = cap - _count(conn, _COUNT, name, 0)
+        if room <= 0:
+            return []
+    if tenant_cap is None:  # no tenant is ever skipped: the first ``room`` held starts
+        chosen = [str(run_id) for run_id, _ in conn.execute(f"{WALK_SQL} LIMIT ?", (name, room))]
+    else:
+        chosen = _chosen_under_tenant_cap(conn, name, tenant_cap, room)
     return [
         _start(
             conn.execute(
@@ -143,6 +142,26 @@ def _promote(conn: sqlite3.Connection, config: QueueConfig, at_us: int) -> list[
         )
         for run_id in chosen
     ]
+
+
+def _chosen_under_tenant_cap(
+    conn: sqlite3.Connection, name: str, tenant_cap: int, room: int
+) -> list[str]:
+    """The run ids the reference's walk promotes when tenants have a cap. A tenant's count
+    only grows by its own promotions, so the walk takes exactly each tenant's first
+    ``tenant_cap - admitted`` held starts and stops after ``room`` in all: read those per
+    tenant (a few index seeks each, never the held starts behind a tenant at its cap),
+    merge them in promotion order and cut at ``room``."""
+    candidates: list[tuple[int, int, str]] = []
+    tenant = conn.execute(FIRST_HELD_TENANT_SQL, (name,)).fetchone()[0]
+    while tenant is not None:
+        free = tenant_cap - _count(conn, _TENANT_ADMITTED, name, tenant)
+        if free > 0:
+            for priority, seq, run_id in conn.execute(TENANT_WALK_SQL, (name, tenant, free)):
+                candidates.append((-int(priority), int(seq), str(run_id)))
+        tenant = conn.execute(NEXT_HELD_TENANT_SQL, (name, tenant)).fetchone()[0]
+    candidates.sort()
+    return [run_id for _, _, run_id in (candidates if room < 0 else candidates[:room])]
 
 
 class SQLiteAdmissionStore:
@@ -251,4 +270,11 @@ class SQLiteAdmissionStore:
         return await self._engine.read(job)
 
 
-__all__ = ["HELD_START_SQL", "WALK_SQL", "SQLiteAdmissionStore"]
+__all__ = [
+    "FIRST_HELD_TENANT_SQL",
+    "HELD_START_SQL",
+    "NEXT_HELD_TENANT_SQL",
+    "TENANT_WALK_SQL",
+    "WALK_SQL",
+    "SQLiteAdmissionStore",
+]

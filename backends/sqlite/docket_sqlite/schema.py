@@ -410,8 +410,10 @@ _V6: Final[tuple[str, ...]] = (
     # carries tenant and run_id so the walk never reads a row it does not promote.
     """CREATE INDEX docket_admissions_order
     ON docket_admissions (queue, held, priority DESC, seq, tenant, run_id)""",
-    # One tenant's starts in a queue: its admitted count, whether it has a held start.
-    "CREATE INDEX docket_admissions_by_tenant ON docket_admissions (queue, tenant, held)",
+    # One tenant's starts in a queue: its admitted count, whether it has held ones, the
+    # next tenant with held starts, and its held starts in promotion order (covering).
+    """CREATE INDEX docket_admissions_by_tenant
+    ON docket_admissions (queue, held, tenant, priority DESC, seq, run_id)""",
     # A start by run id, whatever its queue: held_start.
     "CREATE INDEX docket_admissions_by_run ON docket_admissions (run_id, tenant, queue)",
 )

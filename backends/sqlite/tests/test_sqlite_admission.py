@@ -25,7 +25,13 @@ import attrs
 import pytest
 from docket_contract_tests.fixtures import graph_document, graph_ref, init_proposal, new_run
 from docket_sqlite import SCHEMA_VERSION, SchemaTooOld, SQLiteBackend, migrate, schema_sql
-from docket_sqlite._admissions import HELD_START_SQL, WALK_SQL
+from docket_sqlite._admissions import (
+    FIRST_HELD_TENANT_SQL,
+    HELD_START_SQL,
+    NEXT_HELD_TENANT_SQL,
+    TENANT_WALK_SQL,
+    WALK_SQL,
+)
 
 from docket.clock import ManualClock
 from docket.contract import Feature, NotFound
@@ -240,8 +246,14 @@ def test_the_ledger_walks_read_their_indexes(tmp_path: Path) -> None:
             rows = conn.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()
             return " | ".join(str(row[-1]) for row in rows)
 
-        walk = plan(WALK_SQL, ("q",))
-        assert "COVERING INDEX docket_admissions_order" in walk and "TEMP B-TREE" not in walk
+        for sql, params, index in (
+            (f"{WALK_SQL} LIMIT ?", ("q", 5), "docket_admissions_order"),
+            (FIRST_HELD_TENANT_SQL, ("q",), "docket_admissions_by_tenant"),
+            (NEXT_HELD_TENANT_SQL, ("q", "t0"), "docket_admissions_by_tenant"),
+            (TENANT_WALK_SQL, ("q", "t1", 5), "docket_admissions_by_tenant"),
+        ):
+            walk = plan(sql, params)
+            assert f"COVERING INDEX {index}" in walk and "TEMP B-TREE" not in walk, walk
         found = plan(HELD_START_SQL, ("r3", "t0"))
         assert "INDEX docket_admissions_by_run" in found and "TEMP B-TREE" not in found
     finally:
