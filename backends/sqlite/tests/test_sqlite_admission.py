@@ -1,17 +1,18 @@
 """Admission limits on a real SQLite file (``Feature.ADMISSION``, schema version 6).
 
-A scripted sequence of every admission operation answers exactly as the memory
-reference does, step by step (tenants, priorities, a limit raised by ``set_queue`` then
-``promote_held``, retried starts, unknown queues and runs); refused calls change nothing
-stored; the ledger's walks read their indexes; a version 5 file upgrades keeping its runs
-and queues; eight processes racing on one file never hold more admitted starts than the
-limits allow.
+A scripted sequence of every admission operation answers exactly as the memory reference
+does, step by step (tenants, priorities, a limit raised by ``set_queue`` then
+``promote_held``, retried starts, unknown queues and runs), and so do seeded random
+sequences with random caps; refused calls change nothing stored; the ledger's walks read
+their indexes; a version 5 file upgrades keeping its runs and queues; eight processes
+racing on one file never hold more admitted starts than the limits allow.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import sqlite3
 import subprocess
 import sys
@@ -160,6 +161,62 @@ def test_the_admission_ledger_answers_as_memory_does(tmp_path: Path) -> None:
         assert await again.admissions.admissions("ten") == await memory.admissions.admissions("ten")
         assert list(await again.queues.list_queues()) == list(await memory.queues.list_queues())
         await again.close()
+
+    asyncio.run(body())
+
+
+async def _random_script(backend: Backend, seed: int) -> list[object]:
+    """A seeded random mix of admits, finishes, promotions, drops and reconfigurations
+    over two queues, four tenants and tenantless starts; every answer in order."""
+    rng = random.Random(seed)
+    adm, queues = backend.admissions, backend.queues
+    out: list[object] = []
+    started: list[tuple[str, str]] = []
+    caps = (None, 1, 2, 3, 5)
+    for name in ("p", "r"):
+        await queues.set_queue(QueueConfig(name=name, admission_limit=3, tenant_admission_limit=2))
+    for step in range(300):
+        name = rng.choice(("p", "r"))
+        at = T0 + step * SECOND
+        roll = rng.random()
+        if roll < 0.45 or not started:
+            run_id = f"s{step}" if rng.random() < 0.9 or not started else rng.choice(started)[1]
+            tenant = rng.choice(("a", "b", "c", "d", None))
+            answer = await adm.admit(name, run_id, tenant, rng.randint(-2, 2), run_id.encode(), at)
+            started.append((name, run_id))
+            out.append(answer)
+        elif roll < 0.75:
+            ids = [r for q, r in rng.sample(started, min(3, len(started))) if q == name]
+            out.append(await adm.finish_admitted(name, ids, now=at))
+        elif roll < 0.82:
+            out.append(await adm.drop_held(name, rng.choice(started)[1]))
+        elif roll < 0.9:
+            config = QueueConfig(
+                name=name, admission_limit=rng.choice(caps), tenant_admission_limit=rng.choice(caps)
+            )
+            out.append(await queues.set_queue(config))
+            out.append(await adm.promote_held(name, now=at))
+        else:
+            out.append(await adm.held_start(rng.choice(started)[1], rng.choice(("a", None))))
+        if step % 25 == 0:
+            out.append(await adm.admissions(name))
+    out.append([await adm.admissions(name) for name in ("p", "r")])
+    out.append(list(await queues.list_queues()))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_sequences_answer_as_memory_does(tmp_path: Path, seed: int) -> None:
+    async def body() -> None:
+        sqlite = SQLiteBackend(tmp_path / "random.db", clock=ManualClock(T0), synchronous="NORMAL")
+        memory = MemoryBackend(clock=ManualClock(T0))
+        got = await _random_script(sqlite, seed)
+        want = await _random_script(memory, seed)
+        for index, (mine, theirs) in enumerate(zip(got, want, strict=True)):
+            assert mine == theirs, f"answer {index}: sqlite {mine!r} != memory {theirs!r}"
+        promoted = sum(len(a) for a in want if isinstance(a, list) and a and hasattr(a[0], "seq"))
+        assert promoted >= 5, "the sequence promoted starts"
+        await sqlite.close()
 
     asyncio.run(body())
 
