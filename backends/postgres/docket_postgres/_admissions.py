@@ -35,9 +35,7 @@ from docket.values import utc
 from docket_postgres._engine import Engine
 from docket_postgres.arrays import ByteaArray
 
-_ADMIT: Final = (
-    "SELECT @schema@.admission_admit(%s, %s, %s, %s::smallint, %s, %s::timestamptz, %s)"
-)
+_ADMIT: Final = "SELECT @schema@.admission_admit(%s, %s, %s, %s::smallint, %s, %s::timestamptz, %s)"
 _FINISH: Final = "SELECT * FROM @schema@.admission_finish(%s, %s::bytea[], %s::timestamptz)"
 _DROP: Final = "SELECT * FROM @schema@.admission_drop(%s, %s)"
 _COLUMNS: Final = "run_id, tenant, priority, seq, start, at"

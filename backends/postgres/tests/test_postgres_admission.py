@@ -139,7 +139,7 @@ def _bad_calls(backend: Backend) -> list[Callable[[], Awaitable[object]]]:
 async def _refusals(backend: Backend) -> list[Step]:
     """Every malformed call raises ``ValueError``; the ledger reads the same after."""
     before = (await backend.admissions.admissions("onb"), await backend.queues.list_queues())
-    for i, bad in enumerate(_bad_calls(backend)):
+    for bad in _bad_calls(backend):
         with pytest.raises(ValueError):
             await bad()
     after = (await backend.admissions.admissions("onb"), await backend.queues.list_queues())
@@ -147,9 +147,7 @@ async def _refusals(backend: Backend) -> list[Step]:
     return [("after refusals", after)]
 
 
-def test_the_ledger_answers_as_the_reference_step_by_step(
-    pg_url: str, schema_name: Names
-) -> None:
+def test_the_ledger_answers_as_the_reference_step_by_step(pg_url: str, schema_name: Names) -> None:
     async def body() -> None:
         clock = ManualClock(T0)
         memory = MemoryBackend(clock=clock)
