@@ -68,15 +68,18 @@ _PUT_SLOTS: Final = (
 )
 _FETCH: Final = "SELECT config FROM @schema@.queues WHERE name = %s"
 _CONFIGS: Final = "SELECT name, config FROM @schema@.queues"
-# every configured queue with its live slots, and every queue's depth (its unclaimed
-# running runs due now), at one instant
+# every configured queue with its live slots and its admission counts (admitted, held),
+# and every queue's depth (its unclaimed running runs due now), at one instant
 _LIST: Final = (
     "WITH n AS (SELECT coalesce(%s::timestamptz, clock_timestamp()) AS now) "
     "SELECT q.name, q.config, (SELECT count(*) FROM @schema@.queue_slots s "
-    "WHERE s.queue = q.name AND s.expires_at >= n.now), NULL::bigint "
-    "FROM @schema@.queues q, n "
+    "WHERE s.queue = q.name AND s.expires_at >= n.now), NULL::bigint, a.admitted, a.held "
+    "FROM @schema@.queues q CROSS JOIN n CROSS JOIN LATERAL ("
+    "SELECT count(*) FILTER (WHERE NOT x.held) AS admitted, "
+    "count(*) FILTER (WHERE x.held) AS held "
+    "FROM @schema@.queue_admissions x WHERE x.queue = q.name) a "
     "UNION ALL "
-    "SELECT l.queue, NULL, NULL, count(*) FROM @schema@.live l, n "
+    "SELECT l.queue, NULL, NULL, count(*), NULL, NULL FROM @schema@.live l, n "
     "WHERE l.status = 'running' AND l.poisoned_at IS NULL AND l.claim_token IS NULL "
     "AND l.wake_at <= n.now GROUP BY l.queue"
 )
@@ -204,16 +207,29 @@ class PostgresQueues:
     async def list_queues(self) -> Sequence[QueueStatus]:
         engine = self._engine
         rows = await engine.fetch(engine.q(_LIST), (engine.given(None),), write=False)
-        configs: dict[str, tuple[QueueConfig, int]] = {DEFAULT_QUEUE: (default_config(), 0)}
+        configs: dict[str, tuple[QueueConfig, int, int, int]] = {
+            DEFAULT_QUEUE: (default_config(), 0, 0, 0)
+        }
         depths: dict[str, int] = {}
-        for name, config, running, depth in rows:
+        for name, config, running, depth, admitted, held in rows:
             if config is None:
                 depths[str(name)] = int(depth)
             else:
-                configs[str(name)] = (queue_config_from_json(str(config)), int(running))
+                configs[str(name)] = (
+                    queue_config_from_json(str(config)),
+                    int(running),
+                    int(admitted),
+                    int(held),
+                )
         return [
-            QueueStatus(config=config, running=running, depth=depths.get(name, 0))
-            for name, (config, running) in sorted(configs.items())
+            QueueStatus(
+                config=config,
+                running=running,
+                depth=depths.get(name, 0),
+                admitted=admitted,
+                held=held,
+            )
+            for name, (config, running, admitted, held) in sorted(configs.items())
         ]
 
     # -- the slot ledger --------------------------------------------------------------------

@@ -14,7 +14,8 @@ How it is put together (one module per concern, all private):
   ``ClaimedStarts``), whose writes are sent alone or grouped by
   :mod:`~docket_postgres._writes`, :mod:`~docket_postgres._schedules`
   (``ScheduleStore``), :mod:`~docket_postgres._queues` (``QueueStore``: queue configs
-  and the slot ledger) and :mod:`~docket_postgres.feed` (``EventFeed``, the live feed);
+  and the slot ledger), :mod:`~docket_postgres._admissions` (``AdmissionStore``: the
+  admission ledger) and :mod:`~docket_postgres.feed` (``EventFeed``, the live feed);
 * :mod:`docket_postgres.schema` — the DDL, the PL/pgSQL functions and the migrations.
 
 Every write is one call of a PL/pgSQL function in the store's schema: one round trip,
@@ -34,6 +35,7 @@ import psycopg
 
 from docket.contract import Capabilities, Feature, Limits
 from docket.contract.retention import PruneResult, require_prune_args
+from docket_postgres._admissions import PostgresAdmissions
 from docket_postgres._engine import INT4_MAX, Engine
 from docket_postgres._events import PostgresEvents
 from docket_postgres._graphs import PostgresGraphs
@@ -146,6 +148,7 @@ class PostgresBackend:
         self._schedules = PostgresSchedules(self._engine)
         self._feed = PostgresFeed(self._engine)
         self._queues = PostgresQueues(self._engine)
+        self._admissions = PostgresAdmissions(self._engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> PostgresBackend:
@@ -186,6 +189,7 @@ class PostgresBackend:
             Feature.MESSAGES,
             Feature.SCHEDULES,
             Feature.QUEUES,
+            Feature.ADMISSION,
         }
         if engine.notify:  # the feed LISTENs too: not behind a transaction-pooling proxy
             features.add(Feature.NOTIFY)
@@ -226,6 +230,12 @@ class PostgresBackend:
     def queues(self) -> PostgresQueues:
         """Named queues' configs and slot ledger (``QueueStore``, ``Feature.QUEUES``)."""
         return self._queues
+
+    @property
+    def admissions(self) -> PostgresAdmissions:
+        """The admission ledger of queues with admission limits (``AdmissionStore``,
+        ``Feature.ADMISSION``)."""
+        return self._admissions
 
     # -- migrations (docket.contract.Migratable) --------------------------------------------------
 

@@ -47,7 +47,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from docket_postgres._schema import V1, V2, V3, V4, V5, V6, V7, V8, V9
+from docket_postgres._schema import V1, V2, V3, V4, V5, V6, V7, V8, V9, V10
 from docket_postgres.errors import (
     PermanentStoreError,
     SchemaTooNew,
@@ -57,7 +57,7 @@ from docket_postgres.errors import (
 )
 from docket_postgres.url import check_schema_name
 
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 NOTIFY_CHANNEL: Final = "docket_wake"
 
 #: One step of the schema's history: applying ``statements`` to version ``version - 1``
@@ -75,6 +75,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     (7, V7),
     (8, V8),
     (9, V9),
+    (10, V10),
 )
 
 #: Tables and functions a schema at :data:`SCHEMA_VERSION` must have (the shape check).
@@ -89,6 +90,7 @@ REQUIRED_TABLES: Final = (
     "feed_listeners",
     "queues",
     "queue_slots",
+    "queue_admissions",
 )
 REQUIRED_FUNCTIONS: Final = (
     "save_graph",
@@ -104,6 +106,9 @@ REQUIRED_FUNCTIONS: Final = (
     "feed_notice",
     "initialize_queued_run",
     "initialize_queued_runs",
+    "admission_admit",
+    "admission_finish",
+    "admission_drop",
 )
 
 assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))

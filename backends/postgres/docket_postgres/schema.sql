@@ -2897,3 +2897,150 @@ CREATE TABLE "docket".queue_slots (
 );
 
 INSERT INTO "docket".meta (key, value) VALUES ('schema_version', '9') ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- docket-postgres schema version 10
+
+ALTER TABLE "docket".queues ADD COLUMN admission_seq bigint NOT NULL DEFAULT 0;
+
+CREATE TABLE "docket".queue_admissions (
+    queue    text COLLATE "C" NOT NULL
+             REFERENCES "docket".queues (name) ON DELETE CASCADE,
+    run_id   bytea       NOT NULL,
+    tenant   bytea       NOT NULL,
+    priority smallint    NOT NULL,
+    seq      bigint      NOT NULL,
+    start    bytea       NOT NULL,
+    at       timestamptz NOT NULL,
+    held     boolean     NOT NULL,
+    PRIMARY KEY (queue, run_id)
+);
+
+CREATE INDEX queue_admissions_held ON "docket".queue_admissions
+    (queue, priority DESC, seq) WHERE held;
+
+CREATE INDEX queue_admissions_admitted ON "docket".queue_admissions (queue, seq)
+    WHERE NOT held;
+
+CREATE INDEX queue_admissions_tenant ON "docket".queue_admissions
+    (queue, tenant, held);
+
+CREATE INDEX queue_admissions_run ON "docket".queue_admissions (run_id, tenant);
+
+CREATE FUNCTION "docket".admission_admit(
+    p_queue text, p_run_id bytea, p_tenant bytea, p_priority smallint, p_start bytea,
+    p_now timestamptz, p_default text)
+RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_config jsonb;
+    v_seq bigint;
+    v_now timestamptz;
+    v_limit bigint;
+    v_tenant_limit bigint;
+    v_held boolean;
+BEGIN
+    IF p_default IS NOT NULL THEN
+        INSERT INTO "docket".queues (name, config, tokens, refilled_at)
+        VALUES (p_queue, p_default, 0, coalesce(p_now, clock_timestamp()))
+        ON CONFLICT DO NOTHING;
+    END IF;
+    SELECT q.config::jsonb, q.admission_seq INTO v_config, v_seq
+    FROM "docket".queues q WHERE q.name = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    SELECT a.held INTO v_held FROM "docket".queue_admissions a
+    WHERE a.queue = p_queue AND a.run_id = p_run_id;
+    IF FOUND THEN
+        RETURN CASE WHEN v_held THEN 'held' ELSE 'admitted' END;
+    END IF;
+    v_limit := (v_config ->> 'admission_limit')::bigint;
+    v_tenant_limit := (v_config ->> 'tenant_admission_limit')::bigint;
+    -- a new start never overtakes its own tenant's held starts
+    v_held := EXISTS (SELECT 1 FROM "docket".queue_admissions a
+                      WHERE a.queue = p_queue AND a.tenant = p_tenant AND a.held);
+    IF NOT v_held AND v_limit IS NOT NULL THEN
+        v_held := (SELECT count(*) FROM (
+                       SELECT 1 FROM "docket".queue_admissions a
+                       WHERE a.queue = p_queue AND NOT a.held LIMIT v_limit) c) >= v_limit;
+    END IF;
+    IF NOT v_held AND v_tenant_limit IS NOT NULL THEN
+        v_held := (SELECT count(*) FROM (
+                       SELECT 1 FROM "docket".queue_admissions a
+                       WHERE a.queue = p_queue AND a.tenant = p_tenant AND NOT a.held
+                       LIMIT v_tenant_limit) c) >= v_tenant_limit;
+    END IF;
+    UPDATE "docket".queues SET admission_seq = v_seq + 1 WHERE name = p_queue;
+    INSERT INTO "docket".queue_admissions
+        (queue, run_id, tenant, priority, seq, start, at, held)
+    VALUES (p_queue, p_run_id, p_tenant, p_priority, v_seq + 1, p_start, v_now, v_held);
+    RETURN CASE WHEN v_held THEN 'held' ELSE 'admitted' END;
+END
+$fn$;
+
+CREATE FUNCTION "docket".admission_finish(
+    p_queue text, p_run_ids bytea[], p_now timestamptz)
+RETURNS TABLE (o_run_id bytea, o_tenant bytea, o_priority smallint, o_seq bigint,
+               o_start bytea, o_at timestamptz)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_config jsonb;
+    v_now timestamptz;
+    v_limit bigint;
+    v_tenant_limit bigint;
+    v_admitted bigint;
+    v_full bytea[] := '{}';
+    r record;
+BEGIN
+    SELECT q.config::jsonb INTO v_config
+    FROM "docket".queues q WHERE q.name = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF cardinality(p_run_ids) > 0 THEN
+        DELETE FROM "docket".queue_admissions a
+        WHERE a.queue = p_queue AND NOT a.held AND a.run_id = ANY(p_run_ids);
+    END IF;
+    v_limit := (v_config ->> 'admission_limit')::bigint;
+    v_tenant_limit := (v_config ->> 'tenant_admission_limit')::bigint;
+    SELECT count(*) INTO v_admitted FROM "docket".queue_admissions a
+    WHERE a.queue = p_queue AND NOT a.held;
+    FOR r IN SELECT a.run_id, a.tenant FROM "docket".queue_admissions a
+             WHERE a.queue = p_queue AND a.held ORDER BY a.priority DESC, a.seq LOOP
+        EXIT WHEN v_limit IS NOT NULL AND v_admitted >= v_limit;
+        CONTINUE WHEN r.tenant = ANY(v_full);
+        IF v_tenant_limit IS NOT NULL AND (
+                SELECT count(*) FROM (
+                    SELECT 1 FROM "docket".queue_admissions a
+                    WHERE a.queue = p_queue AND a.tenant = r.tenant AND NOT a.held
+                    LIMIT v_tenant_limit) c) >= v_tenant_limit THEN
+            v_full := v_full || r.tenant;
+            CONTINUE;
+        END IF;
+        RETURN QUERY
+            UPDATE "docket".queue_admissions a SET held = false, at = v_now
+            WHERE a.queue = p_queue AND a.run_id = r.run_id
+            RETURNING a.run_id, a.tenant, a.priority, a.seq, a.start, a.at;
+        v_admitted := v_admitted + 1;
+    END LOOP;
+END
+$fn$;
+
+CREATE FUNCTION "docket".admission_drop(p_queue text, p_run_id bytea)
+RETURNS TABLE (o_run_id bytea, o_tenant bytea, o_priority smallint, o_seq bigint,
+               o_start bytea, o_at timestamptz)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM 1 FROM "docket".queues q WHERE q.name = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        DELETE FROM "docket".queue_admissions a
+        WHERE a.queue = p_queue AND a.run_id = p_run_id AND a.held
+        RETURNING a.run_id, a.tenant, a.priority, a.seq, a.start, a.at;
+END
+$fn$;
+
+INSERT INTO "docket".meta (key, value) VALUES ('schema_version', '10') ON CONFLICT (key) DO UPDATE SET value = excluded.value;

@@ -93,7 +93,8 @@ async def _seed_at_previous(url: str, schema: str, monkeypatch: pytest.MonkeyPat
             tuple(
                 t
                 for t in schema_module.REQUIRED_TABLES
-                if t not in ("schedules", "feed_listeners", "queues", "queue_slots")
+                if t
+                not in ("schedules", "feed_listeners", "queues", "queue_slots", "queue_admissions")
             ),
         )
         patched.setattr(
@@ -107,6 +108,9 @@ async def _seed_at_previous(url: str, schema: str, monkeypatch: pytest.MonkeyPat
                     "feed_notice",
                     "initialize_queued_run",
                     "initialize_queued_runs",
+                    "admission_admit",
+                    "admission_finish",
+                    "admission_drop",
                 )
             ),
         )

@@ -39,9 +39,16 @@ from docket.records import (
 
 Names = Callable[[str], str]
 PREVIOUS = 7
-# what versions 8 and 9 add to the shape check
-LATER_TABLES = ("feed_listeners", "queues", "queue_slots")
-LATER_FUNCTIONS = ("feed_notice", "initialize_queued_run", "initialize_queued_runs")
+# what versions 8, 9 and 10 add to the shape check
+LATER_TABLES = ("feed_listeners", "queues", "queue_slots", "queue_admissions")
+LATER_FUNCTIONS = (
+    "feed_notice",
+    "initialize_queued_run",
+    "initialize_queued_runs",
+    "admission_admit",
+    "admission_finish",
+    "admission_drop",
+)
 POLICY = ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=5)
 
 

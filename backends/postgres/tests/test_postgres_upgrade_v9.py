@@ -84,7 +84,11 @@ async def _seed_at_previous(
         patched.setattr(
             schema_module,
             "REQUIRED_TABLES",
-            tuple(t for t in schema_module.REQUIRED_TABLES if t not in ("queues", "queue_slots")),
+            tuple(
+                t
+                for t in schema_module.REQUIRED_TABLES
+                if t not in ("queues", "queue_slots", "queue_admissions")
+            ),
         )
         patched.setattr(
             schema_module,
@@ -92,7 +96,14 @@ async def _seed_at_previous(
             tuple(
                 f
                 for f in schema_module.REQUIRED_FUNCTIONS
-                if f not in ("initialize_queued_run", "initialize_queued_runs")
+                if f
+                not in (
+                    "initialize_queued_run",
+                    "initialize_queued_runs",
+                    "admission_admit",
+                    "admission_finish",
+                    "admission_drop",
+                )
             ),
         )
         backend = await opened(url, schema)

@@ -24,7 +24,8 @@ from docket_postgres._schema.v6 import V6
 from docket_postgres._schema.v7 import V7
 from docket_postgres._schema.v8 import V8
 from docket_postgres._schema.v9 import V9
+from docket_postgres._schema.v10 import V10
 
 V1: Final[tuple[str, ...]] = (*TABLES, *WRITES, *CLAIMS)
 
-__all__ = ["V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8", "V9"]
+__all__ = ["V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8", "V9", "V10"]
