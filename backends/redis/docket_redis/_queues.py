@@ -72,7 +72,8 @@ class RedisQueues:
     async def queue_configs(self) -> Sequence[QueueConfig]:
         keys = self._keys
         now = self._engine.now_arg(None)
-        reply = await self._engine.eval("queue_list", [keys.configs], [now, keys.holders_head])
+        heads = [keys.holders_head, keys.admitted_head, keys.held_head]
+        reply = await self._engine.eval("queue_list", [keys.configs], [now, *heads])
         configs = [
             default_config() if item[1] is None else _decode(text(item[0]), item[1])
             for item in reply
@@ -83,13 +84,21 @@ class RedisQueues:
         engine = self._engine
         now = engine.now_arg(None)
         keys = self._keys
-        reply = await engine.eval("queue_list", [keys.configs], [now, keys.holders_head])
+        heads = [keys.holders_head, keys.admitted_head, keys.held_head]
+        reply = await engine.eval("queue_list", [keys.configs], [now, *heads])
         depth = await self._depths(now)
         out: list[QueueStatus] = []
         for item in reply:
             name, raw, running = text(item[0]), item[1], int(item[2])
             config = default_config() if raw is None else _decode(name, raw)
-            out.append(QueueStatus(config=config, running=running, depth=depth.get(name, 0)))
+            status = QueueStatus(
+                config=config,
+                running=running,
+                depth=depth.get(name, 0),
+                admitted=int(item[3]),
+                held=int(item[4]),
+            )
+            out.append(status)
         return sorted(out, key=lambda status: status.config.name)
 
     async def _depths(self, now: str) -> dict[str, int]:

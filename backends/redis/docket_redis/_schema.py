@@ -75,6 +75,10 @@ async def migrate(engine: RedisEngine) -> tuple[int | None, int]:
     claimed zsets, where layout-4 runs already are — so they stay claimable as they
     are. Layout-4 code would move a run of another lane into the base zsets (losing
     its queue) and claim without a queue filter, so it must refuse the namespace.
+
+    The admission ledger (``Feature.ADMISSION``, :mod:`docket_redis._admissions`) did
+    not step the layout: it is new keys only under the queue tag, and the config JSON
+    carries its two fields only when set, which layout-5 readers ignore.
     """
     found, current = await schema_versions(engine)
     key = engine.ns.schema

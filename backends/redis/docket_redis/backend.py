@@ -14,6 +14,7 @@ How it is put together (one module per concern):
   the transition scripts, emissions by clients, one subscriber per backend;
   :mod:`docket_redis._retention` — ``prune`` over the per-scope retention indexes;
   :mod:`docket_redis._queues` — named queues' configs and slot ledger (one hash tag).
+  :mod:`docket_redis._admissions` — the queues' admission ledgers (the same hash tag).
 * :mod:`docket_redis._schema` — the layout version; :mod:`docket_redis._persistence` —
   what each primary does to keep writes; :mod:`docket_redis._documents` — long run
   documents in pieces; :mod:`docket_redis._codec` — script answers and run summaries.
@@ -38,6 +39,7 @@ from docket.contract import Capabilities, Feature, Limits
 from docket.contract.registry import BackendFactory
 from docket.contract.retention import PruneResult
 from docket_redis import _retention, _schema
+from docket_redis._admissions import RedisAdmissions
 from docket_redis._documents import PIECE_BYTES, KnownDocuments, long_document
 from docket_redis._engine import Clock, RedisEngine
 from docket_redis._events import RedisEvents
@@ -98,6 +100,7 @@ class RedisBackend:
         self._schedules = RedisSchedules(self._engine)
         self._feed = RedisFeed(self._engine)
         self._queues = RedisQueues(self._engine)
+        self._admissions = RedisAdmissions(self._engine)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> RedisBackend:
@@ -135,6 +138,7 @@ class RedisBackend:
             Feature.STREAMS,
             Feature.PRUNE,
             Feature.QUEUES,
+            Feature.ADMISSION,
         }
         nodes = self._persistence
         if nodes and all(node.durable for node in nodes):
@@ -170,6 +174,12 @@ class RedisBackend:
         """``QueueStore`` (``Feature.QUEUES``): queue configs and the slot ledger under one
         hash tag (see :mod:`docket_redis._queues`)."""
         return self._queues
+
+    @property
+    def admissions(self) -> RedisAdmissions:
+        """``AdmissionStore`` (``Feature.ADMISSION``): each queue's admission ledger beside
+        its config, under the queue hash tag (see :mod:`docket_redis._admissions`)."""
+        return self._admissions
 
     @property
     def feed(self) -> RedisFeed:

@@ -86,7 +86,25 @@ key                       type    content
 ``Q:cfg``                 hash    queue name -> config JSON (``queue_config_to_json``)
 ``Q:bucket``              hash    queue name -> ``<tokens> <refilled_at us>``
 ``Q:h:<name>``            zset    holder id -> expires_at us (live: score >= now)
+``Q:aseq``                hash    queue name -> last admission ``seq`` given (ADMISSION)
+``Q:aw``                  hash    run id -> the queues whose ledger has it (space-sep.)
+``Q:ae:<name>``           hash    run id -> ``<A|H> <priority> <seq> <at us> <tenant>``
+``Q:as:<name>``           hash    run id -> its opaque ``start`` bytes
+``Q:ah:<name>``           zset    held starts, one score (lex): promotion order
+``Q:aa:<name>``           zset    admitted run id -> seq
+``Q:at:<name>``           hash    ``a<tenant>`` / ``h<tenant>`` -> admitted / held count
 ========================  ======  =====================================================
+
+The **admission ledger** (``Feature.ADMISSION``, :mod:`docket_redis._admissions`) lives
+beside the queue ledger under ``Q``, so each operation — reading the queue's config from
+``Q:cfg`` and moving its entries — is one script on one slot, atomic against
+``set_queue``. ``<tenant>`` is ``-`` for tenantless starts and ``t`` + the tenant id
+(last in an entry, as an id may hold spaces). A held member is ``<100 - priority, 3
+digits><seq, 20 digits><run id>``: its lexical order is exactly
+``promotion_key`` (priority descending, then seq) with no float score to round. The
+admitted count is ``ZCARD Q:aa:<name>``, the held one ``ZCARD Q:ah:<name>``; the
+per-tenant counts are kept by the same scripts that move entries. These keys are new
+and nothing else changed meaning, so the layout stays 5 (see ``_schema``).
 
 A member is :func:`schedule_member`: ``(id, tenant or "")`` in bytes whose lexical order
 is that tuple's order, the listing order (``ScheduleCursor``); equal ``due_at`` scores
@@ -278,9 +296,30 @@ class QueueKeys:
         self.buckets = f"{self.tag}:bucket"
         #: a queue's holders key is this followed by its name
         self.holders_head = f"{self.tag}:h:"
+        # the admission ledger (Feature.ADMISSION): per queue, each head + its name
+        self.admit_seqs = f"{self.tag}:aseq"
+        self.admit_where = f"{self.tag}:aw"
+        self.entries_head = f"{self.tag}:ae:"
+        self.starts_head = f"{self.tag}:as:"
+        self.held_head = f"{self.tag}:ah:"
+        self.admitted_head = f"{self.tag}:aa:"
+        self.tenant_counts_head = f"{self.tag}:at:"
 
     def holders(self, name: str) -> str:
         return self.holders_head + name
+
+    def admission(self, name: str) -> list[str]:
+        """The KEYS of the admission scripts for queue ``name`` (``lua/admission.lua``)."""
+        return [
+            self.configs,
+            self.admit_seqs,
+            self.admit_where,
+            self.entries_head + name,
+            self.starts_head + name,
+            self.held_head + name,
+            self.admitted_head + name,
+            self.tenant_counts_head + name,
+        ]
 
 
 def schedule_member(schedule_id: str, tenant_id: str | None) -> bytes:

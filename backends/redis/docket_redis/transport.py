@@ -87,6 +87,12 @@ SCRIPT_NAMES: Final = (
     "queue_release",
     "queue_list",
     "queue_depth",
+    "admit",
+    "admit_finish",
+    "admit_promote",
+    "admit_drop",
+    "admit_read",
+    "admit_find",
 )
 #: How a script takes in a shared piece of Lua (``lua/<lib>.lua``): a line of its own.
 _INCLUDE: Final = re.compile(rb"^-- #include (\w+)\n", re.MULTILINE)

@@ -27,6 +27,7 @@ _ALWAYS = frozenset(
         Feature.STREAMS,
         Feature.PRUNE,
         Feature.QUEUES,
+        Feature.ADMISSION,
     }
 )
 
