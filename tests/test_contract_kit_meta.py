@@ -329,3 +329,66 @@ def test_the_queue_cases_check_nothing_when_queues_is_not_declared() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"queues: not declared (not checked; cases {QUEUE_IDS})" in done.stdout
+
+
+ADMISSION_IDS = (
+    "ADMIT-AGAIN, ADMIT-BAD-INPUT, ADMIT-DROP, ADMIT-FIND, ADMIT-FINISH, ADMIT-LIMIT, "
+    "ADMIT-ORDER, ADMIT-RAISE, ADMIT-START-BYTES, ADMIT-STATUS, ADMIT-TENANT"
+)
+
+
+class _WithoutAdmission(MemoryBackend):
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        return attrs.evolve(caps, features=caps.features - {Feature.ADMISSION})
+
+
+def memory_without_admission(clock: Clock | None = None, limits: Limits | None = None) -> Backend:
+    """The memory backend declaring everything but ``admission`` (a kit factory)."""
+    return _WithoutAdmission(clock=clock, limits=limits)
+
+
+def test_every_admission_mutant_is_a_negative_control() -> None:
+    from docket_contract_tests.mutants_admission import ADMISSION_MUTANTS
+    from docket_contract_tests.negative import _registry
+
+    assert len(ADMISSION_MUTANTS) >= 11
+    assert set(ADMISSION_MUTANTS) <= set(_registry())
+    assert all(
+        m.catches and all(c.startswith("ADMIT-") for c in m.catches)
+        for m in ADMISSION_MUTANTS.values()
+    )
+
+
+def test_the_admission_cases_pass_on_memory_and_name_what_an_over_admitting_ledger_breaks() -> None:
+    ids = ADMISSION_IDS.replace(" ", "")
+    common = ["--docket-invariant", ids, "-q", "-p", "no:cacheprovider"]
+    kit = ["-m", "pytest", "--pyargs", "docket_contract_tests"]
+    done = _run(*kit, "--docket-backend", "memory://", *common)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"admission: declared, passed (cases {ADMISSION_IDS})" in done.stdout
+    mutant = "docket_contract_tests.mutants_admission:over_admit_by_one"
+    limit = ["--docket-invariant", "ADMIT-LIMIT", "-q", "-p", "no:cacheprovider"]
+    done = _run(*kit, "--docket-backend-factory", mutant, *limit)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[ADMIT-LIMIT] round 0: starts admitted of 8 racing" in done.stdout
+    assert "admission: declared, FAILED by ADMIT-LIMIT" in done.stdout
+
+
+def test_the_admission_cases_check_nothing_when_admission_is_not_declared() -> None:
+    # a backend written before admission limits (like the LMDB example) still passes
+    done = _run(
+        "-m",
+        "pytest",
+        "--pyargs",
+        "docket_contract_tests",
+        "--docket-backend-factory",
+        "tests.test_contract_kit_meta:memory_without_admission",
+        "--docket-invariant",
+        ADMISSION_IDS.replace(" ", ""),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"admission: not declared (not checked; cases {ADMISSION_IDS})" in done.stdout

@@ -403,6 +403,11 @@ class FaultyBackend:
         """The inner backend's queue store (``queues``), unfaulted, like ``schedules``."""
         return getattr(self.inner, "queues", None)
 
+    @property
+    def admissions(self) -> object:
+        """The inner backend's admission ledger (``admission``), unfaulted, like ``queues``."""
+        return getattr(self.inner, "admissions", None)
+
     async def open(self) -> None:
         await self.inner.open()
 

@@ -26,7 +26,7 @@ import attrs
 from docket.contract import NotFound, TransitionResult
 from docket.contract.capabilities import Limits
 from docket.contract.memory import _Row
-from docket.contract.memory_queues import MemoryQueues
+from docket.contract.memory_queues import MemoryAdmissions, MemoryQueues
 from docket.contract.proposals import ClaimClass, ClaimPolicy, InitProposal, Schedule
 from docket.contract.queries import select_claims
 from docket.contract.queues import (
@@ -211,6 +211,7 @@ class _WithQueues(_Reference):
         super().__init__(clock=clock, limits=limits)
         kind = type("Queues", (self.store,), {"ledger": self.ledger})
         self.queues = kind(self._clock, self._depth)
+        self.admissions = MemoryAdmissions(self.queues)  # the ledger reads these configs
 
 
 # -- ledger mutants -------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Negative controls: prove the kit catches every mutant in :mod:`.mutants`,
 :mod:`.mutants_promises`, :mod:`.mutants_children`, :mod:`.mutants_time`,
-:mod:`.mutants_streams` and :mod:`.mutants_queues`.
+:mod:`.mutants_streams`, :mod:`.mutants_queues` and :mod:`.mutants_admission`.
 
 ``python -m docket_contract_tests.negative`` runs the whole kit (in-process
 ``pytest.main``) against the ``control`` copy of the reference backend, which must pass,
@@ -100,6 +100,7 @@ def _run_mutant(job: tuple[str, int]) -> Outcome:
 def _registry() -> dict[str, Any]:
     """Every mutant class by factory name; its factory lives in the class's module."""
     from docket_contract_tests.mutants import MUTANTS
+    from docket_contract_tests.mutants_admission import ADMISSION_MUTANTS
     from docket_contract_tests.mutants_children import CHILD_MUTANTS
     from docket_contract_tests.mutants_promises import PROMISE_MUTANTS
     from docket_contract_tests.mutants_queues import QUEUE_MUTANTS
@@ -113,6 +114,7 @@ def _registry() -> dict[str, Any]:
         **TIME_MUTANTS,
         **STREAM_MUTANTS,
         **QUEUE_MUTANTS,
+        **ADMISSION_MUTANTS,
     }
 
 

@@ -22,7 +22,7 @@ comma-separated) selects cases.
 
 Cases of an optional feature (``notify``, ``durable``, ``durable.fsync``, ``prune``,
 ``reopen_failed``, ``child_runs``, ``timers``, ``messages``, ``schedules``, ``streams``,
-``queues``) check it when the backend declares it and nothing otherwise; the terminal
+``queues``, ``admission``) check it when the backend declares it and nothing otherwise; the terminal
 summary says, per feature, whether it was declared and how its cases went. The durability cases open
 the same store again: the same URL and ``{namespace}``, or the factory called again with
 the same ``namespace=`` (docs/kit-promises.md).
