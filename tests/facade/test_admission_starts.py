@@ -157,9 +157,12 @@ def test_a_keyed_start_again_while_held_answers_the_held_run(kind: str) -> None:
             while (await docket.drain_due()).drained:
                 pass
             assert (await docket.inspect_run("k")).run.status is RunStatus.DONE
+            blocker = await docket.start_run(ref, queue="onb")  # the queue is at its cap
             done = await docket.start_run(ref, queue="onb", idempotency_key="k")
             assert (done.id, done.status) == ("k", RunStatus.DONE)
-            assert await ledger(docket, "onb") == ([], [])
+            with pytest.raises(errors.Conflict):  # a run id in use is neither counted nor held
+                await docket.start_run(ref, queue="onb", run_id="k")
+            assert await ledger(docket, "onb") == ([blocker.id], [])
 
     asyncio.run(scenario())
 
