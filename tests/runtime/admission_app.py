@@ -7,17 +7,22 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Final
 
 import attrs
 
-from docket import Docket
+from docket import Docket, Sleep
 from docket.contract.capabilities import Capabilities, Feature
 from docket.contract.memory import MemoryBackend
 from docket.contract.registry import from_url
+from docket.graph.builder import GraphBuilder
+from docket.graph.model import FINISH, START, Graph
+from docket.graph.nodes import NodeContext, NodeState, RetryPolicy
+from docket.graph.schema import S
 from docket.records import RunStatus
 from tests.fuzz.backends import KINDS
-from tests.runtime.queue_app import _PROBES
+from tests.runtime.queue_app import _PROBES, NODES
 
 
 def declares_admission(kind: str) -> bool:
@@ -44,3 +49,20 @@ async def ledger(docket: Docket, queue: str) -> tuple[list[str], list[str]]:
     order)."""
     view = await docket.admissions(queue)
     return [s.run_id for s in view.admitted], [s.run_id for s in view.held]
+
+
+@NODES.node("admission.boom")
+def _boom(state: NodeState, ctx: NodeContext) -> dict[str, str]:
+    raise RuntimeError("boom")
+
+
+@NODES.node("admission.nap")
+def _nap(state: NodeState, ctx: NodeContext) -> Sleep:
+    return Sleep(for_=timedelta(days=7))
+
+
+def single(graph_id: str, implementation: str) -> Graph:
+    """One node of ``implementation`` (tried once) between START and FINISH."""
+    builder = GraphBuilder(graph_id).field("out", S.string())
+    builder.node("work", implementation, retry=RetryPolicy(max_attempts=1, backoff_ms=0))
+    return builder.edge("go", START, "work").edge("end", "work", FINISH).build()

@@ -22,7 +22,7 @@ from docket.runtime.admission import (
     encode_start,
 )
 from docket.runtime.lifecycle import CommitPolicy
-from tests.runtime.admission_app import ADMISSION_KINDS, ledger
+from tests.runtime.admission_app import ADMISSION_KINDS, ledger, single
 from tests.runtime.queue_app import docket_on, recording
 
 
@@ -171,5 +171,32 @@ def test_release_without_the_feature_does_nothing() -> None:
         admissions = Admissions(backend, CommitPolicy(attempts=1, backoff=0.01))
         assert admissions.store is None
         assert await admissions.release("onb", ["r"]) == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("kind", ADMISSION_KINDS)
+def test_a_failed_run_and_a_run_past_its_deadline_free_their_counts(kind: str) -> None:
+    async def scenario() -> None:
+        async with docket_on(kind, []) as docket:
+            boom = await docket.save_graph(single("boom", "admission.boom"))
+            nap = await docket.save_graph(single("nap", "admission.nap"))
+            ok = await docket.save_graph(recording(0.0))
+            await docket.configure_queue("onb", admission_limit=1)
+            failing = await docket.start_run(boom, queue="onb")
+            napping = await docket.start_run(nap, queue="onb", timeout=timedelta(seconds=1))
+            last = await docket.start_run(ok, queue="onb")
+            assert [napping.status.value, last.status.value] == ["queued", "queued"]
+            async with docket.worker():
+                assert (await docket.await_run(failing.id, timeout=60)).status.value == "failed"
+                # a waiting run is unfinished: it keeps its count until its deadline fails it
+                waiting = await docket.await_run(napping.id, timeout=60)
+                if waiting.status.value == "waiting":
+                    assert (await docket.inspect_run(last.id)).run.status.value == "queued"
+                assert (await docket.await_run(last.id, timeout=60)).status.value == "done"
+            ended = await docket.inspect_run(napping.id)
+            assert ended.run.status.value == "failed"
+            assert ended.run.failure is not None and "deadline" in ended.run.failure.code
+            assert await ledger(docket, "onb") == ([], [])
 
     asyncio.run(scenario())
