@@ -198,10 +198,17 @@ def test_a_backend_without_admission_refuses_the_limits_and_stores_nothing() -> 
             # None (no limit) and the other fields work as before
             config = await docket.configure_queue("onb", admission_limit=None, execution_limit=2)
             assert config == QueueConfig(name="onb", execution_limit=2)
+            limited = QueueConfig(name="other", tenant_admission_limit=1)
+            await docket.backend.queues.set_queue(limited)  # type: ignore[attr-defined]
             ref = await docket.save_graph(recording(0.0))
             run = await docket.start_run(ref, queue="onb")
             assert run.status is RunStatus.RUNNING
             assert "docket.admission" not in run.metadata
+            # a limit stored by other means is refused at start, not ignored
+            with pytest.raises(errors.Unsupported):
+                await docket.start_run(ref, queue="other", run_id="never")
+            with pytest.raises(errors.NotFound):
+                await docket.inspect_run("never")
 
     asyncio.run(scenario())
 
