@@ -27,7 +27,13 @@ from docket.records import (
     queue_config_problems,
     queue_name_problem,
 )
-from docket.runtime.queues import QueueRuntime, queues_unsupported, run_queue, uses_queues
+from docket.runtime.queues import (
+    QueueRuntime,
+    admission_unsupported,
+    queues_unsupported,
+    run_queue,
+    uses_queues,
+)
 from docket.runtime.worker import Worker
 from docket.values import JSONValue
 
@@ -36,6 +42,7 @@ __all__ = [
     "QueueMethods",
     "eager_slot",
     "queue_store",
+    "require_admission_options",
     "require_graph_queue",
     "require_queue_options",
     "start_queue",
@@ -106,11 +113,19 @@ class QueueMethods:
         execution_limit: int | _Unchanged | None = UNCHANGED,
         rate: RateLimit | _Unchanged | None = UNCHANGED,
         paused: bool | _Unchanged = UNCHANGED,
+        admission_limit: int | _Unchanged | None = UNCHANGED,
+        tenant_admission_limit: int | _Unchanged | None = UNCHANGED,
     ) -> QueueConfig:
         """Create a queue or change some of its settings (the rest are kept). ``None``
-        removes a limit. Takes effect on every worker's next claim."""
+        removes a limit. Takes effect on every worker's next claim.
+
+        ``admission_limit`` caps the queue's unfinished runs, ``tenant_admission_limit``
+        each tenant's within it: a run started beyond them is held, ``queued``, until a
+        slot frees (docs/queues.md#admission-limits). Setting either on a backend
+        without ``Feature.ADMISSION`` raises ``Unsupported`` and stores nothing."""
         store = self._queues("configure a queue")
         _require_name(name)
+        require_admission_options(self.capabilities, admission_limit, tenant_admission_limit)
         found = await store.fetch_queue(name)
         current = QueueConfig(name=name) if isinstance(found, contract.NotFound) else found
         config = QueueConfig(
@@ -120,6 +135,12 @@ class QueueMethods:
             else execution_limit,
             rate=current.rate if isinstance(rate, _Unchanged) else rate,
             paused=current.paused if isinstance(paused, _Unchanged) else paused,
+            admission_limit=current.admission_limit
+            if isinstance(admission_limit, _Unchanged)
+            else admission_limit,
+            tenant_admission_limit=current.tenant_admission_limit
+            if isinstance(tenant_admission_limit, _Unchanged)
+            else tenant_admission_limit,
         )
         problems = queue_config_problems(config)
         if problems:
@@ -137,6 +158,15 @@ class QueueMethods:
         """Claims in the queue start again (within ``queue_refresh`` on every worker)."""
         await self.queue(name)
         return await self.configure_queue(name, paused=False)
+
+
+def require_admission_options(caps: Capabilities, *limits: object) -> None:
+    """Admission limits need ``Feature.ADMISSION``: ``Unsupported`` when one is set
+    (not ``None``, not unchanged) on a backend without it."""
+    if Feature.ADMISSION in caps.features:
+        return
+    if any(limit is not None and not isinstance(limit, _Unchanged) for limit in limits):
+        raise admission_unsupported("set an admission limit", caps.name or "unnamed")
 
 
 def _require_name(name: object) -> None:

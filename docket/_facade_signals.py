@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, cast
 
 from docket import errors
+from docket._facade_admission import cancel_queued, require_active
 from docket._facade_args import require_id
 from docket._facade_spans import lifecycle
 from docket._facade_time import require_feature
@@ -29,6 +30,7 @@ from docket.errors import (
 )
 from docket.graph.compiler import RuntimeGraph
 from docket.records import GraphRef, OwnerScope, Run, RunStatus
+from docket.runtime.admission import admission_queue
 from docket.runtime.children import Children
 from docket.runtime.drain import Drainer, host_limits
 from docket.runtime.graphs import GraphCache
@@ -144,11 +146,22 @@ class SignalMethods:
         """Cancel a running or waiting run (a cancelled one comes back unchanged).
 
         Node code already running is not interrupted; its results can no longer commit.
+        A run an admission limit holds (``queued``) is dropped from its queue and comes
+        back ``cancelled`` without ever having been stored (docs/queues.md).
         Raises ``NotFound`` or ``InactiveRun`` (done or failed).
         """
         owner = self._owner(tenant_id)
         self._ready()
         require_id("run_id", run_id)
+        try:
+            return await self._signal(owner, run_id, lambda run, now: cancel_run(run, now=now))
+        except errors.InactiveRun as exc:
+            if exc.details.get("status") != str(RunStatus.QUEUED):
+                raise
+        dropped = await cancel_queued(self._drainer.admissions, owner, run_id)
+        if dropped is not None:
+            return dropped
+        # promoted since: it is a run now, cancelled as any other
         return await self._signal(owner, run_id, lambda run, now: cancel_run(run, now=now))
 
     def _children(self) -> Children:
@@ -194,7 +207,15 @@ class SignalMethods:
             if result.previous is not None and Children.concerned(result.previous, result.run):
                 # a cancelled parent cancels its children; a child that ended hands off
                 await self._children().after_commit(owner, result.previous, result.run)
+            if (
+                result.previous is not None
+                and result.run.status.terminal
+                and admission_queue(result.run) is not None
+            ):
+                await self._drainer.admissions.finished(result.previous, result.run)
             return result
+        if isinstance(result, contract.NotFound):
+            await require_active(self._drainer.admissions, owner, run_id)
         if isinstance(result, CoreError):
             raise from_core(result)
         raise from_contract(result, subject=f"run {run_id!r}")

@@ -28,7 +28,8 @@ from typing import Any, Final, Literal, ParamSpec, TypeVar, cast
 
 import attrs
 
-from docket import _facade_drain, _facade_reads
+from docket import _facade_admission, _facade_drain, _facade_reads
+from docket._facade_admission import AdmissionMethods
 from docket._facade_args import (
     MAX_PAGE,
     durable_metadata,
@@ -151,7 +152,7 @@ class DrainSummary:
 
 
 class Docket(
-    SignalMethods, ScheduleMethods, HistoryMethods, StreamMethods, QueueMethods
+    SignalMethods, ScheduleMethods, HistoryMethods, StreamMethods, QueueMethods, AdmissionMethods
 ):  # docket/_facade_*.py
     """A docket runtime instance: one backend, one node registry, one set of settings.
 
@@ -436,6 +437,11 @@ class Docket(
         there, higher first (docs/queues.md). A queue the backend does not know raises
         ``NotFound``; anything but the defaults on a backend without queues raises
         ``Unsupported``; nothing is written then.
+
+        In a queue with an admission limit (docs/queues.md#admission-limits) a start
+        beyond it is held: the answer is the run as it will start, with status
+        ``queued`` (never stored; ``checkpoint_seq`` 0), and it is initialised when a
+        slot frees.
         """
         owner = self._owner(tenant_id)
         self._ready()
@@ -462,6 +468,12 @@ class Docket(
         chosen: tuple[str, int] | None = None
         if queue is not None or priority is not None or rtg.policies:
             chosen = await start_queue(self._store, self.capabilities, rtg, queue, priority)
+        queue_name = DEFAULT_QUEUE if chosen is None else chosen[0]
+        admitting = await _facade_admission.starts_admitted(
+            self._drainer.queues.view, self.capabilities, queue_name
+        )
+        if admitting:  # whoever commits the run's end releases its count in this queue
+            meta = {**meta, _facade_admission.ADMISSION_METADATA: queue_name}
         if self._clock is None:  # looked up once: a Protocol isinstance is slow
             self._clock = stamp_clock(self.backend)
         now = await self._clock()
@@ -488,7 +500,19 @@ class Docket(
             proposal = attrs.evolve(proposal, wake_at=later)
         if chosen is not None and chosen != (DEFAULT_QUEUE, 0):
             proposal = attrs.evolve(proposal, queue=chosen[0], priority=chosen[1])
-        eager = None if later is not None else self._eager_slot(proposal.queue)
+        if admitting:
+            queued = await _facade_admission.admit_start(
+                self._drainer.admissions,
+                owner,
+                proposal,
+                moment.events,
+                explicit_id=run_id is not None and idempotency_key is None,
+                key=idempotency_key,
+            )
+            if queued is not None:
+                return queued
+        # an admitted start is never claimed eagerly: a worker's reconcile may write it too
+        eager = None if later is not None or admitting else self._eager_slot(proposal.queue)
         slot = None
         if eager is not None and self._drainer.queues.view.store is not None:
             got = await eager_slot(
@@ -523,6 +547,10 @@ class Docket(
                 if slot is not None:
                     await self._drainer.queues.slots.refund(slot[0], [slot[1]])
         if not isinstance(stored, Run):
+            if admitting:
+                await _facade_admission.admitted_refused(
+                    self._drainer.admissions, owner, proposal.run
+                )
             if idempotency_key is not None and isinstance(stored, contract.Conflict):
                 return await started_before(self._store, owner, created.id, ref.graph_id, stored)
             raise from_contract(stored, subject=f"run {created.id!r}")
@@ -557,15 +585,22 @@ class Docket(
     async def _fetch(self, owner: OwnerScope, run_id: str) -> Run:
         found = await self._store.runs.fetch_run(owner, run_id)
         if isinstance(found, contract.NotFound):
+            await _facade_admission.require_active(self._drainer.admissions, owner, run_id)
             raise from_contract(found, subject=f"run {run_id!r}")
         return found
 
     async def fetch_run(self, run_id: str, *, tenant_id: str | None = None) -> Run:
-        """The last committed run document."""
+        """The last committed run document (a run an admission limit holds: ``queued``)."""
         owner = self._owner(tenant_id)
         self._ready()
         require_id("run_id", run_id)
-        return await self._fetch(owner, run_id)
+        found = await self._store.runs.fetch_run(owner, run_id)
+        if isinstance(found, contract.NotFound):
+            queued = await _facade_admission.find_queued(self._drainer.admissions, owner, run_id)
+            if queued is not None:
+                return queued.run
+            raise from_contract(found, subject=f"run {run_id!r}")
+        return found
 
     async def inspect_run(self, run_id: str, *, tenant_id: str | None = None) -> RunInfo:
         """The run plus its operational facts (wake, claim, poison)."""
@@ -574,6 +609,9 @@ class Docket(
         require_id("run_id", run_id)
         found = await self._store.runs.inspect_run(owner, run_id)
         if isinstance(found, contract.NotFound):
+            queued = await _facade_admission.find_queued(self._drainer.admissions, owner, run_id)
+            if queued is not None:
+                return queued
             raise from_contract(found, subject=f"run {run_id!r}")
         return found
 
@@ -593,8 +631,8 @@ class Docket(
         owner = self._owner(tenant_id)
         self._ready()
         require_id("run_id", run_id)
-        return await _facade_reads.await_settled(
-            self._store, owner, run_id, timeout=timeout, poll_interval=poll_interval
+        return await _facade_admission.await_admitted(
+            self._store, self._drainer.admissions, owner, run_id, timeout, poll_interval
         )
 
     async def list_runs(

@@ -53,6 +53,11 @@ setting                       default     meaning
 ``queue_refresh``             1.0         longest time a claimer uses its view of the queue
                                           configs before reading them again (a limit change
                                           takes effect within it; docs/queues.md)
+``admission_reconcile``       5.0         how often a worker re-reads the admission ledgers to
+                                          finish runs and start promoted runs a crashed
+                                          caller left (docs/queues.md#admission-limits)
+``admission_grace``           3600.0      an admitted start whose run does not exist is
+                                          started by reconcile only this long after admission
 ============================  ==========  ====================================================
 
 The recovery bound of a dead worker's run is ``claim_ttl + poll_interval`` (while some
@@ -85,6 +90,8 @@ _SECONDS: Final = (
     "child_recheck_cap",
     "prune_every",
     "queue_refresh",
+    "admission_reconcile",
+    "admission_grace",
 )
 _COUNTS: Final = (
     "concurrency",
@@ -127,6 +134,8 @@ class Settings:
     prune_runs_after: float | None = None
     prune_every: float = 3600.0
     queue_refresh: float = 1.0  # Feature.QUEUES: docket/runtime/queues.py
+    admission_reconcile: float = 5.0  # Feature.ADMISSION: docket/runtime/admission.py
+    admission_grace: float = 3600.0
 
     def problems(self) -> list[str]:
         """Every reason these settings cannot run (empty when they can)."""

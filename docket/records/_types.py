@@ -31,6 +31,9 @@ class RunStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # reported by the facade only, never stored: a start an admission limit holds
+    # (Feature.ADMISSION; docs/queues.md#admission-limits), not initialised yet
+    QUEUED = "queued"
 
     @property
     def terminal(self) -> bool:
@@ -38,7 +41,7 @@ class RunStatus(StrEnum):
 
 
 _TERMINAL: Final = frozenset({RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED})
-DURABLE_STATUSES: Final = frozenset(RunStatus) - {RunStatus.CREATED}
+DURABLE_STATUSES: Final = frozenset(RunStatus) - {RunStatus.CREATED, RunStatus.QUEUED}
 
 
 class EventType(StrEnum):

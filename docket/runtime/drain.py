@@ -87,6 +87,7 @@ from docket.core.proposals import claimed_proposal
 from docket.core.settle import settle
 from docket.graph.compiler import RuntimeGraph
 from docket.records import Event, GraphRef, OwnerScope, Run, RunStatus, tenant_id_of
+from docket.runtime.admission import Admissions, admission_queue
 from docket.runtime.children import Children, is_child_dispatch
 from docket.runtime.emissions import EMISSION_FLUSH, EmissionPump, Emitter
 from docket.runtime.execute import execute
@@ -184,6 +185,10 @@ class Drainer:
         )
         #: Named queues' view and the slots this process's claims hold (Feature.QUEUES).
         self.queues = QueueRuntime(backend, settings.queue_refresh)
+        #: Admission limits (Feature.ADMISSION): releases a run's count when it ends.
+        self.admissions = Admissions(
+            backend, self._policy, observers=self._observers, telemetry=self._telemetry
+        )
         self._children = Children(
             backend,
             # structure is all a child's start or hand-off needs: a worker that serves
@@ -448,6 +453,9 @@ class Drainer:
                 if self._observers:
                     context = CommitContext(tenant_id=tenant_id_of(lease.owner), operation="moment")
                     self._observers.deliver(moment.checkpoint(), context)
+                if stored.status.terminal and admission_queue(stored) is not None:
+                    # the run ended: free its admission count, start what that promotes
+                    await self.admissions.finished(run, stored)
                 run = stored
                 if isinstance(moment.disposition, Park):
                     return DrainOutcome(
@@ -495,6 +503,10 @@ class Drainer:
         ):
             return _Planned(step, self._send(lease, step, moment.run.checkpoint_seq))
         return _Planned(step, None)
+
+    async def now(self) -> datetime:
+        """The backend's clock (as every commit of a drain is stamped)."""
+        return await self._now()
 
     async def _now(self) -> datetime:
         if self._clock is None:

@@ -45,6 +45,7 @@ __all__ = [
     "QueueRuntime",
     "QueueView",
     "SlotBook",
+    "admission_unsupported",
     "new_holder",
     "require_served",
     "require_store",
@@ -397,6 +398,18 @@ def queues_unsupported(action: str, backend_name: str = "") -> errors.Unsupporte
         "feature named queues, priorities and limits need",
         phase="queue",
         details={"feature": str(Feature.QUEUES)},
+    )
+
+
+def admission_unsupported(action: str, backend_name: str = "") -> errors.Unsupported:
+    """The one refusal of an admission operation on a backend without
+    ``Feature.ADMISSION`` (docs/queues.md#admission-limits)."""
+    named = f" ({backend_name})" if backend_name else ""
+    return errors.Unsupported(
+        f"cannot {action}: this backend{named} does not declare the {Feature.ADMISSION!s} "
+        "feature admission limits need",
+        phase="queue",
+        details={"feature": str(Feature.ADMISSION)},
     )
 
 
