@@ -101,6 +101,7 @@ from docket.runtime.lifecycle import (
     commit,
     stamp_clock,
 )
+from docket.runtime.limiters import ClaimLimits
 from docket.runtime.messages import supported_waits
 from docket.runtime.queues import QueueRuntime
 from docket.settings import Settings
@@ -257,7 +258,11 @@ class Drainer:
         parked: Callable[[], None] | None,
     ) -> DrainOutcome:
         heartbeat = Heartbeat(
-            self._backend, lease, self._settings.heartbeat_interval, self.queues.slots
+            self._backend,
+            lease,
+            self._settings.heartbeat_interval,
+            self.queues.slots,
+            ClaimLimits(self.queues.view, lease.orphan_ttl, self._telemetry),
         )
         heartbeat.start()
         try:
@@ -591,6 +596,7 @@ class Drainer:
                 application=self._application,
                 telemetry=self._telemetry,
                 emitters=self._emitters(owner),
+                limits=heartbeat.limits,
             )
         )
         heartbeat.work = cast("asyncio.Future[object]", work)
