@@ -11,7 +11,8 @@ Per claim, :class:`ClaimLimits` takes the slots of its attempts:
 * before an attempt runs, :meth:`ClaimLimits.acquire` takes one slot under a fresh holder
   id, asking again after a short backoff (:func:`backoff`: one token's refill time from the
   rate, else a doubling pause; bounded by :data:`MAX_BACKOFF`, jittered) while none is
-  granted. The drain's heartbeat keeps the claim alive meanwhile, and the first refusal
+  granted — or at once when an attempt of this process releases a slot of the same
+  limiter. The drain's heartbeat keeps the claim alive meanwhile, and the first refusal
   is logged; the grant after a wait emits ``docket.node.limited`` (``duration``: the
   seconds waited; ``refusals``; ``limiter``, ``run_id``, ``node_id``, ``task_id``,
   ``attempt``);
@@ -30,6 +31,8 @@ import asyncio
 import logging
 import random
 import time
+import weakref
+from collections import deque
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Final
@@ -76,6 +79,47 @@ def backoff(config: QueueConfig | None, refusals: int, jitter: float = 1.0) -> f
     return min(MAX_BACKOFF, max(MIN_BACKOFF, base)) * jitter
 
 
+class _Wakeups:
+    """This process's waiters per limiter (one per queue view, so per ``Docket``): a slot
+    released here wakes the longest waiter at once instead of after its pause. Waiters
+    on other workers learn of it on their next ask."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
+
+    def register(self, limiter: str) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(limiter, deque()).append(future)
+        return future
+
+    def forget(self, limiter: str, future: asyncio.Future[None]) -> None:
+        waiting = self._waiting.get(limiter)
+        if waiting is not None and future in waiting:
+            waiting.remove(future)
+            if not waiting:
+                del self._waiting[limiter]
+
+    def released(self, limiter: str) -> None:
+        waiting = self._waiting.get(limiter)
+        while waiting:
+            future = waiting.popleft()
+            if not future.done():
+                future.set_result(None)
+                break
+        if waiting is not None and not waiting:
+            del self._waiting[limiter]
+
+
+_wakeups: Final[weakref.WeakKeyDictionary[QueueView, _Wakeups]] = weakref.WeakKeyDictionary()
+
+
+def _wakeups_of(view: QueueView) -> _Wakeups:
+    found = _wakeups.get(view)
+    if found is None:
+        found = _wakeups[view] = _Wakeups()
+    return found
+
+
 class ClaimLimits:
     """The limiter slots one claim's attempts hold (holder id -> limiter queue).
 
@@ -87,6 +131,7 @@ class ClaimLimits:
         self._ttl = ttl
         self._telemetry = telemetry
         self._held: dict[str, str] = {}
+        self._wakeups = _wakeups_of(view)
 
     @property
     def held(self) -> Mapping[str, str]:
@@ -110,9 +155,12 @@ class ClaimLimits:
             if config is not None and not config.limited:
                 return None
             holder = new_holder()
+            # registered before asking: a release here while we ask wakes us at once
+            wake = self._wakeups.register(limiter)
             try:
                 granted = await store.acquire_slots(limiter, [holder], self._ttl)
             except asyncio.CancelledError:
+                self._wakeups.forget(limiter, wake)
                 # the store may have granted it as we were cancelled: give it back
                 await asyncio.shield(self._forget(limiter, holder, refund=True))
                 raise
@@ -120,6 +168,7 @@ class ClaimLimits:
                 log.warning("taking a slot of limiter %s failed: %s", limiter, exc)
                 granted = 0
             if granted:
+                self._wakeups.forget(limiter, wake)
                 self._held[holder] = limiter
                 if refusals:
                     self._waited(limiter, activation, time.monotonic() - waited_from, refusals)
@@ -134,13 +183,20 @@ class ClaimLimits:
                     "" if config is not None else " (a queue this worker does not know yet)",
                 )
             refusals += 1
-            await asyncio.sleep(backoff(config, refusals, random.uniform(1.0, 1.5)))
+            try:
+                async with asyncio.timeout(backoff(config, refusals, random.uniform(1.0, 1.5))):
+                    await asyncio.shield(wake)  # a slot released in this process, or the pause
+            except TimeoutError:
+                pass
+            finally:
+                self._wakeups.forget(limiter, wake)
 
     async def release(self, holder: str) -> None:
         """Free an attempt's slot (the attempt ended; its rate token stays spent)."""
         limiter = self._held.pop(holder, None)
         if limiter is not None:
             await self._forget(limiter, holder, refund=False)
+            self._wakeups.released(limiter)
 
     async def renew(self) -> bool:
         """Move every held slot's expiry on by the ttl (with the claim's heartbeat).
