@@ -17,13 +17,18 @@ from typing import Final
 import pytest
 
 from docket import Docket, RateLimit, errors
+from docket.contract.registry import from_url
+from docket.core.outcomes import Failed
+from docket.core.plan import Activation
 from docket.graph.builder import GraphBuilder
 from docket.graph.compiler import compile_graph, effective_document
 from docket.graph.model import FINISH, START, Graph
 from docket.graph.nodes import NodeContext, NodeRegistry, NodeState, RetryPolicy
 from docket.graph.schema import S
 from docket.records import GraphRef, QueueConfig, RunStatus, Tenantless
-from docket.runtime.limiters import MAX_BACKOFF, MIN_BACKOFF, backoff
+from docket.runtime.execute import execute
+from docket.runtime.limiters import MAX_BACKOFF, MIN_BACKOFF, ClaimLimits, backoff
+from docket.runtime.queues import QueueView
 from docket.telemetry import TelemetryEvent
 from docket.values import JSONValue
 from tests.fuzz.backends import backend_url
@@ -346,3 +351,40 @@ def test_a_child_node_cannot_name_a_limiter() -> None:
     result = compile_graph(graph, NODES)
     problems = [d for d in result.diagnostics if d.pointer == "/nodes/sub/policies/limiter"]
     assert [d.code.value for d in problems] == ["invalid_policy"], result.diagnostics
+
+
+def test_a_limiter_met_on_a_backend_without_queues_fails_the_attempt_permanently(
+    tmp_path: Path,
+) -> None:
+    """Refused at save and start, so only a graph stored behind the facade's back gets
+    here: the attempt fails permanently (it never runs unlimited)."""
+
+    async def scenario() -> None:
+        log: Log = []
+        backend = from_url(f"lmdb:///{tmp_path / 'db'}")
+        await backend.open()
+        try:
+            rtg = compile_graph(limited_graph(0.0), NODES).runtime
+            assert rtg is not None
+            activation = Activation(
+                run_id="r1",
+                task_id="r1:0:call",
+                node_id="call",
+                step=0,
+                attempt=1,
+                idempotency_key="k",
+                snapshot={},
+                source_versions={},
+                config={"seconds": 0.0, "fail": False},
+                timeout_ms=1000,
+                retry=RetryPolicy(),
+            )
+            limits = ClaimLimits(QueueView(backend, 1.0), timedelta(seconds=30))
+            (outcome,) = await execute(rtg, [activation], application={"log": log}, limits=limits)
+            assert isinstance(outcome, Failed) and not outcome.retryable
+            assert outcome.reason.startswith("limiter_unavailable"), outcome.reason
+            assert log == []
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
