@@ -145,10 +145,12 @@ async def execute_one(
                 span.set(outcome_metadata(outcome))
             return outcome
         finally:
-            if held is not None and limits is not None:
-                await asyncio.shield(limits.release(held))  # also when cancelled
-            if slot is not None:
-                slot.release()  # a no-op for a sync node still running: its thread releases
+            try:
+                if held is not None and limits is not None:
+                    await asyncio.shield(limits.release(held))  # also when cancelled
+            finally:  # a second cancel may interrupt the await above: the place still goes
+                if slot is not None:
+                    slot.release()  # a no-op for a sync node still running: its thread releases
 
 
 async def _attempt(
