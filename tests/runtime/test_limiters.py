@@ -128,8 +128,9 @@ def test_an_execution_limit_of_two_holds_across_two_workers(kind: str) -> None:
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
 def test_a_rate_caps_the_attempts_started_in_every_window(kind: str) -> None:
     """RateLimit(4, 1 s): a full bucket of 4, then 4 a second. Between any two starts
-    there are never more than ``4 + elapsed * 4`` (plus one token's worth of the
-    scheduling delay between the grant and the node's first line)."""
+    there are never more than ``4 + elapsed * 4``, the elapsed time widened by the
+    scheduling delay a loaded machine may put between a grant and the node's first line
+    (an unlimited node would start all 12 within a fraction of a second)."""
 
     async def scenario() -> None:
         log: Log = []
@@ -145,7 +146,7 @@ def test_a_rate_caps_the_attempts_started_in_every_window(kind: str) -> None:
                     assert (await first.await_run(run_id, timeout=60)).status is RunStatus.DONE
             at = starts(log)
             assert len(at) == 12
-            slack = 0.2  # seconds of delay between a grant and the attempt's first line
+            slack = 0.5  # seconds of delay between a grant and the attempt's first line
             for i, low in enumerate(at):
                 for j in range(i, len(at)):
                     count = j - i + 1
