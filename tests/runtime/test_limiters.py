@@ -10,13 +10,15 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
 import pytest
 
 from docket import Docket, RateLimit, errors
+from docket.clock import ManualClock
+from docket.contract.memory import MemoryBackend
 from docket.contract.registry import from_url
 from docket.core.outcomes import Failed
 from docket.core.plan import Activation
@@ -354,6 +356,23 @@ def test_a_child_node_cannot_name_a_limiter() -> None:
     assert [d.code.value for d in problems] == ["invalid_policy"], result.diagnostics
 
 
+def one_attempt(config: dict[str, JSONValue]) -> Activation:
+    """The first attempt of ``limited_graph``'s node, as a drain would plan it."""
+    return Activation(
+        run_id="r1",
+        task_id="r1:0:call",
+        node_id="call",
+        step=0,
+        attempt=1,
+        idempotency_key="k",
+        snapshot={},
+        source_versions={},
+        config=config,
+        timeout_ms=1000,
+        retry=RetryPolicy(),
+    )
+
+
 def test_a_limiter_met_on_a_backend_without_queues_fails_the_attempt_permanently(
     tmp_path: Path,
 ) -> None:
@@ -367,19 +386,7 @@ def test_a_limiter_met_on_a_backend_without_queues_fails_the_attempt_permanently
         try:
             rtg = compile_graph(limited_graph(0.0), NODES).runtime
             assert rtg is not None
-            activation = Activation(
-                run_id="r1",
-                task_id="r1:0:call",
-                node_id="call",
-                step=0,
-                attempt=1,
-                idempotency_key="k",
-                snapshot={},
-                source_versions={},
-                config={"seconds": 0.0, "fail": False},
-                timeout_ms=1000,
-                retry=RetryPolicy(),
-            )
+            activation = one_attempt({"seconds": 0.0, "fail": False})
             limits = ClaimLimits(QueueView(backend, 1.0), timedelta(seconds=30))
             (outcome,) = await execute(rtg, [activation], application={"log": log}, limits=limits)
             assert isinstance(outcome, Failed) and not outcome.retryable
@@ -387,5 +394,35 @@ def test_a_limiter_met_on_a_backend_without_queues_fails_the_attempt_permanently
             assert log == []
         finally:
             await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_renewal_takes_an_expired_slot_again_only_when_the_limiter_has_room() -> None:
+    """A stall past the ttl lets the slot expire: renewing takes it again if it is free,
+    and answers False (the heartbeat then hands the claim back) if another worker took
+    it, so no attempt runs over the limit."""
+
+    async def scenario() -> None:
+        clock = ManualClock(datetime(2026, 1, 1, tzinfo=UTC))
+        backend = MemoryBackend(clock=clock)
+        await backend.open()
+        store = backend.queues
+        await store.set_queue(QueueConfig(name="llm", execution_limit=1))
+        limits = ClaimLimits(QueueView(backend, 0.0), timedelta(seconds=30))
+        activation = one_attempt({})
+        holder = await limits.acquire("llm", activation)
+        assert holder is not None and limits.held == {holder: "llm"}
+        assert await limits.renew()
+        clock.advance(timedelta(seconds=31))  # expired, and nobody took it: taken again
+        assert await limits.renew()
+        assert [s.running for s in await store.list_queues() if s.config.name == "llm"] == [1]
+        clock.advance(timedelta(seconds=31))  # expired, and another worker takes it
+        assert await store.acquire_slots("llm", ["elsewhere"], timedelta(seconds=30)) == 1
+        assert not await limits.renew()
+        await limits.release(holder)  # a slot no longer held: the other keeps its own
+        assert limits.held == {}
+        assert [s.running for s in await store.list_queues() if s.config.name == "llm"] == [1]
+        await backend.close()
 
     asyncio.run(scenario())
