@@ -2,6 +2,7 @@
 
     python bench/profile_durable.py --backend sqlite --shape chain_10 --inflight 8
     python bench/profile_durable.py --backend postgres --profile /tmp/pg.prof   # cProfile
+    python bench/profile_durable.py --limiter unlimited      # nodes naming a limiter
 
 Self-contained (its own no-op graphs and servers, like ``bench/compare.py``'s docket
 side) so it keeps working while the comparison harness changes. Repeats the trial
@@ -46,20 +47,22 @@ async def async_noop(state: NodeState, ctx: NodeContext) -> JSONDict:
     return {}
 
 
-def graph_of(shape: str, node: str = "noop") -> Graph:
-    """The no-op shapes; ``node="async_noop"`` runs them on the event loop (no thread)."""
+def graph_of(shape: str, node: str = "noop", limiter: str | None = None) -> Graph:
+    """The no-op shapes; ``node="async_noop"`` runs them on the event loop (no thread);
+    ``limiter``: every node names that queue as its limiter (docs/queues.md)."""
     builder = GraphBuilder(shape).input("value", S.integer())
     if shape == "single_node":
-        builder.node("n0", node).edge("start", START, "n0").edge("done", "n0", FINISH)
+        builder.node("n0", node, limiter=limiter).edge("start", START, "n0")
+        builder.edge("done", "n0", FINISH)
     elif shape == "chain_10":
         for i in range(10):
-            builder.node(f"n{i}", node)
+            builder.node(f"n{i}", node, limiter=limiter)
         builder.edge("start", START, "n0").edge("done", "n9", FINISH)
         for i in range(9):
             builder.edge(f"e{i}", f"n{i}", f"n{i + 1}")
     else:
         for i in range(8):
-            builder.node(f"n{i}", node)
+            builder.node(f"n{i}", node, limiter=limiter)
             builder.edge(f"s{i}", START, f"n{i}").edge(f"f{i}", f"n{i}", FINISH)
     return builder.build()
 
@@ -113,6 +116,7 @@ async def trial(
     warmup: int,
     node: str = "noop",
     tag: str = "",
+    limiter: str = "none",
 ) -> tuple[float, float, float]:
     """Runs/s of ``runs`` runs with ``inflight`` at a time on one in-process worker,
     this process's CPU milliseconds per run (less sensitive to a busy machine), and the
@@ -125,7 +129,12 @@ async def trial(
             future.set_result(None)
 
     async with Docket(url, nodes=NODES, observers=[observe], poll_interval=0.2) as docket:
-        ref = await docket.save_graph(graph_of(shape, node))
+        named = None
+        if limiter != "none":  # a limiter queue that never binds: the cost of the checks
+            named = "bench_limiter"
+            bound = None if limiter == "unlimited" else 1_000_000
+            await docket.configure_queue(named, execution_limit=bound)
+        ref = await docket.save_graph(graph_of(shape, node, named))
         loop = asyncio.get_running_loop()
 
         async def drive(prefix: str, count: int) -> float:
@@ -164,7 +173,7 @@ async def measure(args: argparse.Namespace) -> tuple[list[float], list[float], l
             )
             node = "async_noop" if args.async_nodes else "noop"
             rate, cpu_ms, busy_ms = await trial(
-                url, args.shape, args.runs, args.inflight, args.warmup, node
+                url, args.shape, args.runs, args.inflight, args.warmup, node, limiter=args.limiter
             )
             rates.append(rate)
             cpus.append(cpu_ms)
@@ -188,6 +197,13 @@ def main() -> int:
     parser.add_argument("--profile", help="write a cProfile dump here")
     parser.add_argument("--async-nodes", action="store_true", help="async no-op nodes")
     parser.add_argument("--url-extra", default="", help="query options, e.g. pool_max_size=32")
+    parser.add_argument(
+        "--limiter",
+        choices=("none", "unlimited", "loose"),
+        default="none",
+        help="every node names a limiter queue: unlimited (no slot taken) or loose (a "
+        "limit that never binds: one slot per attempt)",
+    )
     args = parser.parse_args()
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:
@@ -197,7 +213,7 @@ def main() -> int:
         profiler.disable()
         profiler.dump_stats(args.profile)
     print(
-        f"{args.backend} {args.shape} inflight={args.inflight}: "
+        f"{args.backend} {args.shape} inflight={args.inflight} limiter={args.limiter}: "
         f"median {statistics.median(rates):.1f} runs/s "
         f"{statistics.median(cpus):.2f} CPU ms/run "
         f"{statistics.median(busies):.2f} machine busy ms/run over {len(rates)}"

@@ -47,6 +47,7 @@ from docket._facade_children import (
 from docket._facade_family import read_children
 from docket._facade_history import HistoryMethods
 from docket._facade_keyed import keyed_run_id, started_before
+from docket._facade_limiters import graph_limiters, require_limiters
 from docket._facade_queues import (
     QueueMethods,
     eager_slot,
@@ -221,6 +222,7 @@ class Docket(
             attempts=self.settings.commit_attempts, backoff=self.settings.commit_backoff
         )
         self._child_runs: Children | None = None  # built on first use
+        self._limiters_found: set[str] = set()  # node limiters' queues seen (never deleted)
         self._describe = GraphCache(self._store, self.nodes, executable=False)
         self._execute = GraphCache(self._store, self.nodes, executable=True)
         self._drainer = Drainer(
@@ -336,6 +338,11 @@ class Docket(
                 f"graph {graph.id!r} does not compile: "
                 + "; ".join(str(d) for d in result.errors[:5]),
                 details={"diagnostics": diagnostics},
+            )
+        limiters = graph_limiters(result.effective)
+        if limiters:
+            await require_limiters(
+                self._store, self.capabilities, limiters, self._limiters_found, "publish"
             )
         ref = GraphRef(result.effective.id, result.graph_hash)
         document = effective_document(result.effective)
@@ -465,6 +472,10 @@ class Docket(
             raise from_core(incompatible)
         if rtg.has_children:
             require_runnable_children(rtg, self.capabilities)
+        if rtg.limiters:
+            await require_limiters(
+                self._store, self.capabilities, rtg.limiters, self._limiters_found, "start"
+            )
         chosen: tuple[str, int] | None = None
         if queue is not None or priority is not None or rtg.policies:
             chosen = await start_queue(self._store, self.capabilities, rtg, queue, priority)

@@ -108,6 +108,7 @@ class Metadata(TypedDict, total=False):
     error: str
     event_type: str
     payload: Mapping[str, object]
+    limiter: str  # docket.node.limited: the queue an attempt waited for
 
 
 class Measurements(TypedDict, total=False):
@@ -124,6 +125,7 @@ class Measurements(TypedDict, total=False):
     commits: int
     events: int
     activations: int
+    refusals: int  # docket.node.limited: slots refused before the grant
 
 
 @attrs.frozen(kw_only=True)

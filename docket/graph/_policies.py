@@ -1,5 +1,5 @@
 """Node and graph policies as the compiler reads them (layer 2): ``node_policies`` resolves
-a node's ``timeout_ms``/``retry``/``max_concurrency``; ``max_supersteps`` is the graph's
+a node's ``timeout_ms``/``retry``/``max_concurrency``/``limiter``; ``max_supersteps`` is the graph's
 superstep limit, capped by the host's ceiling. The validator reports what these find;
 lowering uses what they resolve to.
 """
@@ -20,6 +20,9 @@ _MAX_SUPERSTEPS: Final = "max_supersteps"
 #: overrides them; docs/queues.md).
 QUEUE_POLICY: Final = "queue"
 PRIORITY_POLICY: Final = "priority"
+#: A node's cross-worker limiter: the name of a queue whose ledger its attempts take
+#: slots in (docs/queues.md#limiting-node-executions).
+LIMITER_POLICY: Final = "limiter"
 
 
 def _positive_int(value: object) -> bool:
@@ -36,11 +39,13 @@ _RETRY_KEYS: Final = frozenset({"max_attempts", "backoff_ms"})
 def node_policies(policies: Mapping[str, JSONValue]) -> tuple[NodePolicies, list[tuple[str, str]]]:
     """Resolve a node's policies; every problem is a ``(policy key, message)`` pair.
 
-    ``timeout_ms``: a positive integer or absent/``None`` (the host default applies).
-    ``retry``: absent/``None`` or ``{"max_attempts": int >= 1, "backoff_ms": int >= 0}``
-    (defaults 1 and 0). ``max_concurrency``: a positive integer or absent/``None`` (no
-    limit): at most that many attempts of the node run at once in one worker process
-    (``docket.runtime.gates``). ``on_error`` is reserved. Other keys are ignored.
+        ``timeout_ms``: a positive integer or absent/``None`` (the host default applies).
+        ``retry``: absent/``None`` or ``{"max_attempts": int >= 1, "backoff_ms": int >= 0}``
+        (defaults 1 and 0). ``max_concurrency``: a positive integer or absent/``None`` (no
+        limit): at most that many attempts of the node run at once in one worker process
+        (``docket.runtime.gates``). ``limiter``: a queue name or absent/``None``: each attempt
+    takes a slot of that queue's ledger across every worker (``docket.runtime.limiters``).
+    ``on_error`` is reserved. Other keys are ignored.
     """
     problems: list[tuple[str, str]] = []
     if "on_error" in policies:
@@ -62,6 +67,11 @@ def node_policies(policies: Mapping[str, JSONValue]) -> tuple[NodePolicies, list
                 f"max_concurrency must be a positive integer, got {raw_limit!r}",
             )
         )
+    raw_limiter, limiter = policies.get(LIMITER_POLICY), None
+    if raw_limiter is not None and (problem := queue_name_problem(raw_limiter)):
+        problems.append((LIMITER_POLICY, f"limiter must be a queue name: {problem}"))
+    elif raw_limiter is not None:
+        limiter = cast(str, raw_limiter)
     retry, raw = RetryPolicy(), policies.get("retry")
     if isinstance(raw, dict):
         unknown = sorted(set(raw) - _RETRY_KEYS)
@@ -79,7 +89,7 @@ def node_policies(policies: Mapping[str, JSONValue]) -> tuple[NodePolicies, list
         retry = RetryPolicy(**values)
     elif raw is not None:
         problems.append(("retry", f"retry must be a map of max_attempts/backoff_ms, got {raw!r}"))
-    return NodePolicies(timeout, retry, limit), problems
+    return NodePolicies(timeout, retry, limit, limiter), problems
 
 
 def _resolve_limit(policy: JSONValue, host: int | None) -> int | None:

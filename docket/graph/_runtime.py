@@ -148,6 +148,7 @@ class RuntimeGraph:
     _visible: tuple[tuple[str, RuntimeChannel], ...] = attrs.field(init=False, eq=False, repr=False)
     _node_order: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
     _has_children: bool = attrs.field(init=False, eq=False, repr=False)
+    _limiters: frozenset[str] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         channels = self.channels.values()
@@ -165,6 +166,8 @@ class RuntimeGraph:
         object.__setattr__(self, "_visible", visible)
         object.__setattr__(self, "_node_order", tuple(sorted(self.nodes)))
         object.__setattr__(self, "_has_children", any(n.child for n in self.nodes.values()))
+        limiters = frozenset(n.policies.limiter for n in self.nodes.values() if n.policies.limiter)
+        object.__setattr__(self, "_limiters", limiters)
 
     @property
     def input_ids(self) -> tuple[str, ...]:
@@ -185,6 +188,11 @@ class RuntimeGraph:
     def has_children(self) -> bool:
         """Whether any node runs a child graph (docket.graph.children)."""
         return self._has_children
+
+    @property
+    def limiters(self) -> frozenset[str]:
+        """The queues the nodes' ``limiter`` policies name (docs/queues.md)."""
+        return self._limiters
 
     @property
     def field_rule_map(self) -> Mapping[str, FieldRule]:

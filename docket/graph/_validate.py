@@ -13,7 +13,13 @@ from typing import Final, cast
 import attrs
 
 from docket.graph._algorithms import _cycles, _reachable, _reaches_finish, _sorted
-from docket.graph._policies import _MAX_SUPERSTEPS, _positive_int, node_policies, queue_policies
+from docket.graph._policies import (
+    _MAX_SUPERSTEPS,
+    LIMITER_POLICY,
+    _positive_int,
+    node_policies,
+    queue_policies,
+)
 from docket.graph.children import child_problems
 from docket.graph.guards import GuardProblemCode, guard_problems, guard_strings
 from docket.graph.maps import map_problems
@@ -279,6 +285,13 @@ class _Validator:
                     )
             for key, message in node_policies(node.policies)[1]:
                 self.add(C.INVALID_POLICY, (*path, "policies", key), f"node {node_id!r}: {message}")
+            if node.child and node.policies.get(LIMITER_POLICY) is not None:
+                self.add(
+                    C.INVALID_POLICY,
+                    (*path, "policies", LIMITER_POLICY),
+                    f"node {node_id!r}: a child node runs no attempt a limiter could hold; "
+                    "name the limiter on the child graph's nodes",
+                )
             if node.map:
                 for key, message in map_problems(node.map, self.list_typed()):
                     self.add(C.INVALID_MAP, (*path, "map", key), f"node {node_id!r}: {message}")

@@ -134,6 +134,7 @@ class GraphBuilder:
         timeout_ms: int | None = None,
         policies: Mapping[str, JSONValue] | None = None,
         max_concurrency: int | None = None,
+        limiter: str | None = None,
         branches: Mapping[str, Sequence[str]] | None = None,
         label: str | None = None,
         description: str | None = None,
@@ -147,7 +148,9 @@ class GraphBuilder:
         and no implementation, a node running another graph as a child run (a
         :class:`ChildSpec` or its document form; see :mod:`docket.graph.children`).
 
-        ``retry``, ``timeout_ms`` and ``max_concurrency`` are stored as node policies;
+        ``retry``, ``timeout_ms``, ``max_concurrency`` and ``limiter`` (a queue whose
+        limits apply to the node's attempts across every worker, docs/queues.md) are
+        stored as node policies;
         giving them in ``policies`` as well is an error. ``inputs``/``fields`` declare
         fields inline. ``map`` runs the node once per item of a list (a :class:`MapSpec` or its
         document form, ``{"over": ..., "as": ...}``; see :mod:`docket.graph.maps`).
@@ -162,6 +165,7 @@ class GraphBuilder:
             ("retry", None if retry is None else _retry(retry)),
             ("timeout_ms", timeout_ms),
             ("max_concurrency", max_concurrency),
+            ("limiter", limiter),
         ):
             if value is None:
                 continue

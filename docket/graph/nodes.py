@@ -271,11 +271,14 @@ class RetryPolicy:
 @attrs.frozen
 class NodePolicies:
     """Resolved node policies. ``timeout_ms=None`` leaves the attempt timeout to the host;
-    ``max_concurrency=None`` puts no per-process limit on the node's attempts."""
+    ``max_concurrency=None`` puts no per-process limit on the node's attempts;
+    ``limiter`` names the queue whose ledger limits the node's attempts across every
+    worker (``docket.runtime.limiters``; ``None``: none)."""
 
     timeout_ms: int | None = None
     retry: RetryPolicy = RetryPolicy()
     max_concurrency: int | None = None
+    limiter: str | None = None
 
 
 # -- definitions and registry -------------------------------------------------------------------

@@ -102,6 +102,7 @@ from docket.runtime.lifecycle import (
     commit,
     stamp_clock,
 )
+from docket.runtime.limiters import ClaimLimits
 from docket.runtime.messages import supported_waits
 from docket.runtime.queues import QueueRuntime
 from docket.settings import Settings
@@ -262,7 +263,11 @@ class Drainer:
         parked: Callable[[], None] | None,
     ) -> DrainOutcome:
         heartbeat = Heartbeat(
-            self._backend, lease, self._settings.heartbeat_interval, self.queues.slots
+            self._backend,
+            lease,
+            self._settings.heartbeat_interval,
+            self.queues.slots,
+            ClaimLimits(self.queues.view, lease.orphan_ttl, self._telemetry),
         )
         heartbeat.start()
         try:
@@ -603,6 +608,7 @@ class Drainer:
                 application=self._application,
                 telemetry=self._telemetry,
                 emitters=self._emitters(owner),
+                limits=heartbeat.limits,
             )
         )
         heartbeat.work = cast("asyncio.Future[object]", work)

@@ -22,6 +22,9 @@ in item order), and each item's context carries ``item_index`` and ``item``.
 A node's ``max_concurrency`` bounds its attempts in the whole process, across runs and
 workers (``docket.runtime.gates``): an attempt over it waits for a place before its
 timeout starts; a sync node keeps its place until its thread returns, timed out or not.
+A node's ``limiter`` bounds its attempts across every worker (``docket.runtime.limiters``):
+after its process place, an attempt waits for a slot of the limiter's ledger, and gives
+it back when the attempt ends (a timed-out sync node's thread may still be running then).
 
 Cancelling the caller cancels every in-flight async node (the tasks are awaited together).
 A sync node that times out or is cancelled cannot be stopped: Python threads cannot be
@@ -40,6 +43,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime, timedelta
 
+import attrs
+
 from docket.clock import system_clock
 from docket.core.captured import error_info
 from docket.core.outcomes import (
@@ -55,6 +60,7 @@ from docket.graph.compiler import RuntimeGraph, RuntimeNode
 from docket.graph.nodes import NodeContext
 from docket.runtime.emissions import Emitter
 from docket.runtime.gates import NodeGate, Slot, node_gate
+from docket.runtime.limiters import ClaimLimits, LimiterUnavailable
 from docket.telemetry import Metadata, Telemetry, log_context, outcome_metadata
 from docket.values import JSONValue
 
@@ -97,12 +103,15 @@ async def execute_one(
     telemetry: Telemetry | None = None,
     emitter: Emitter | None = None,
     gate: NodeGate | None = None,
+    limits: ClaimLimits | None = None,
 ) -> TaskOutcome:
     """Run one attempt of ``node``; never raises for anything the node does (cancelling the
     caller still cancels it). Logs inside carry the task's context; with ``telemetry``
     listening the attempt is a ``docket.node.execute`` span. ``emitter`` sends what the
     node's ``ctx.emit`` checked (``docket.runtime.emissions``). With a ``gate`` (the node's
-    ``max_concurrency``) the attempt first waits for a place in it."""
+    ``max_concurrency``) the attempt first waits for a place in it; then, for a node with
+    a ``limiter`` and ``limits`` (the claim's), for a slot of that limiter, held until the
+    attempt ends (``docket.runtime.limiters``)."""
     with log_context(
         run_id=activation.run_id,
         task_id=activation.task_id,
@@ -110,7 +119,16 @@ async def execute_one(
         attempt=activation.attempt,
     ):
         slot = None if gate is None else await gate.acquire()
+        held: str | None = None
         try:
+            # the process's gate first: a cross-worker slot is not held while waiting here
+            if limits is not None and node.policies.limiter is not None:
+                try:
+                    held = await limits.acquire(node.policies.limiter, activation)
+                except LimiterUnavailable as exc:
+                    return attrs.evolve(
+                        _failed(activation, "limiter_unavailable", str(exc)), retryable=False
+                    )
             if not telemetry:
                 return await _attempt(node, activation, clock, application, threads, emitter, slot)
             metadata: Metadata = {
@@ -127,8 +145,12 @@ async def execute_one(
                 span.set(outcome_metadata(outcome))
             return outcome
         finally:
-            if slot is not None:
-                slot.release()  # a no-op for a sync node still running: its thread releases
+            try:
+                if held is not None and limits is not None:
+                    await asyncio.shield(limits.release(held))  # also when cancelled
+            finally:  # a second cancel may interrupt the await above: the place still goes
+                if slot is not None:
+                    slot.release()  # a no-op for a sync node still running: its thread releases
 
 
 async def _attempt(
@@ -209,11 +231,14 @@ async def execute(
     threads: Executor | None = None,
     telemetry: Telemetry | None = None,
     emitters: Callable[[Activation], Emitter] | None = None,
+    limits: ClaimLimits | None = None,
 ) -> tuple[TaskOutcome, ...]:
     """Run every activation concurrently; one outcome per activation, in the same order.
 
     An activation whose node is missing from ``rtg`` fails (retryably) without running.
     ``emitters`` gives each attempt its ``ctx.emit`` sender (none: emit is a no-op).
+    ``limits`` holds the claim's limiter slots (none: ``limiter`` policies limit nothing,
+    as in ``docket.testing``'s inline runner).
     """
     if not activations:
         return ()
@@ -235,6 +260,7 @@ async def execute(
             telemetry=telemetry,
             emitter=emitters(activation) if emitters is not None else None,
             gate=_gate(rtg, node),
+            limits=limits,
         )
         limit = node.map.max_parallel if node.map is not None else None
         if limit is not None:

@@ -7,6 +7,8 @@ run was cancelled, or another worker took the claim over after it expired) sets 
 and cancels the node work in flight, whose results could no longer be committed. A
 queue slot that expired in a stall and cannot be taken again ends the claim the same way
 (and hands it back with ``release_claim``): running on would exceed the queue's limit.
+The limiter slots of the claim's running attempts (``docket.runtime.limiters``) are
+renewed with each beat too, under the same rule.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 from docket.contract.errors import ClaimLost
 from docket.contract.proposals import Lease
 from docket.contract.protocols import Backend
+from docket.runtime.limiters import ClaimLimits
 from docket.runtime.queues import SlotBook
 from docket.telemetry import stamp_logger
 
@@ -29,9 +32,16 @@ class Heartbeat:
     """Refreshes one claim every ``interval`` seconds until stopped or the claim is lost."""
 
     def __init__(
-        self, backend: Backend, lease: Lease, interval: float, slots: SlotBook | None = None
+        self,
+        backend: Backend,
+        lease: Lease,
+        interval: float,
+        slots: SlotBook | None = None,
+        limits: ClaimLimits | None = None,
     ) -> None:
         self._backend = backend
+        #: The limiter slots of the claim's attempts, renewed with each beat as well.
+        self.limits = limits
         self._slots = slots  # a claim in a limited queue renews its slot with each beat
         self._lease = lease
         self._interval = interval
@@ -63,6 +73,14 @@ class Heartbeat:
             if slots is not None and slots.holds(lease) and not await slots.renew(lease):
                 log.warning(
                     "the queue slot of run %s expired and is taken; handing the claim back",
+                    lease.run_id,
+                )
+                self._give_up()
+                await self._hand_back()
+                return
+            if self.limits is not None and not await self.limits.renew():
+                log.warning(
+                    "a limiter slot of run %s expired and is taken; handing the claim back",
                     lease.run_id,
                 )
                 self._give_up()
