@@ -138,6 +138,8 @@ class Driver:
         self.resolved = 0
         self.retried = 0
         self.store_errors = 0
+        # runs meant to fail only at `total` that failed elsewhere: a retry would hide them
+        self.failed_elsewhere: list[str] = []
 
     def awaits_retry(self, run_id: str, status: RunStatus) -> bool:
         """A run that failed on purpose and is to be fixed and retried (not finished)."""
@@ -155,6 +157,9 @@ class Driver:
                 continue
             chaos_app.fixed_marker(self.directory, run_id).touch()
             try:
+                failure = self.docket.fetch_run(run_id).failure
+                if failure is None or failure.node_id != "total":
+                    self.failed_elsewhere.append(f"{run_id}: failed before `total`: {failure}")
                 self.docket.retry_run(run_id, reason="chaos: total fixed")
                 self.retried += 1
                 self._follow_again(run_id)
@@ -345,6 +350,7 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         f"chaos: {queued.total} queued runs through a queue limited to {chaos_queues.LIMIT}: "
         f"at most {queue_peak} executing at once"
     )
+    verdict.problems.extend(driver.failed_elsewhere)
     for text in verdict.problems:
         print(f"chaos: VIOLATION {text}")
     for name in workers.died:

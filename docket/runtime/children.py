@@ -38,7 +38,13 @@ from typing import Literal
 
 import attrs
 
-from docket.contract.errors import Conflict, NotFound, StaleCheckpoint, TransitionResult
+from docket.contract.errors import (
+    Conflict,
+    NotFound,
+    Retryable,
+    StaleCheckpoint,
+    TransitionResult,
+)
 from docket.contract.proposals import Lease
 from docket.contract.protocols import Backend, ClaimedStarts
 from docket.core.children import (
@@ -223,6 +229,14 @@ class Children:
             started = await self.start(owner, parent, task, ident, spec, queue=queue)
             if isinstance(started, Failed):
                 return started
+            if isinstance(started, Retryable):  # the store is away: look again later
+                return AwaitingChild(
+                    task_id=task.task_id,
+                    node_id=task.node_id,
+                    attempt=task.attempt,
+                    child_run_id=ident,
+                    check_at=self.recheck_at(now, task.started_at),
+                )
             child = started
         ended = child_outcome(spec, task, child)
         if ended is not None:
@@ -249,11 +263,13 @@ class Children:
         claim_token: str | None = None,
         written: set[str] | None = None,
         queue: tuple[str, int] = DEFAULTS,
-    ) -> Run | Failed:
+    ) -> Run | Failed | Retryable:
         """Create the child ``ident`` of ``task`` (or adopt it if it exists); a child that
-        cannot be created is the attempt's permanent failure. ``now``: the store's time
-        (read here when not given). ``queue``: the parent's queue and priority, which
-        the child inherits."""
+        cannot be created is the attempt's permanent failure. A store that stays away
+        through the commit policy's tries answers ``Retryable``: the child is not started
+        *yet*, and the parent's recheck starts it later (an outage must not fail the
+        parent). ``now``: the store's time (read here when not given). ``queue``: the
+        parent's queue and priority, which the child inherits."""
 
         def failed(kind: str, text: str) -> Failed:
             return _failed(task.task_id, task.node_id, task.attempt, kind, text)
@@ -289,6 +305,9 @@ class Children:
             return await transitions.initialize(owner, proposal, moment.events)
 
         stored = await commit(write, self._policy, what=f"start of child run {ident}")
+        if isinstance(stored, Retryable):
+            log.warning("child run %s not started yet (%s); the recheck repeats it", ident, stored)
+            return stored
         if isinstance(stored, Run):
             if written is not None:
                 written.add(ident)  # written by this call (not adopted)
@@ -395,6 +414,8 @@ class Children:
             if isinstance(result, Failed):
                 await self._deliver(owner, parent.id, ident, result)
                 return None
+            if isinstance(result, Retryable):
+                return None  # not started yet: the parent's recheck starts it
             return result
 
         try:

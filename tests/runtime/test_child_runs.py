@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from docket import Docket
+from docket.clock import ManualClock
+from docket.contract.errors import Retryable
 from docket.contract.memory import MemoryBackend
-from docket.errors import InvalidGraph, Unsupported
+from docket.errors import InvalidGraph, NotFound, Unsupported
 from docket.graph.builder import GraphBuilder
 from docket.graph.children import ChildSpec
 from docket.graph.compiler import compile_graph
@@ -28,7 +30,7 @@ from docket.runtime.children import Children
 from docket.testing import run_inline
 from docket.values import JSONDict
 from tests.runtime import child_scenarios as e2e
-from tests.runtime.helpers import check_events, later, memory_docket
+from tests.runtime.helpers import T0, check_events, later, memory_docket
 
 NODES = NodeRegistry()
 
@@ -517,5 +519,67 @@ def test_a_hand_off_waits_for_a_worker_holding_the_parent(monkeypatch: Any) -> N
             await asyncio.wait_for(handing, timeout=60)
             handed = await docket.fetch_run("p")
             assert handed.step == 1 and not handed.active_tasks  # the barrier committed
+
+    asyncio.run(scenario())
+
+
+class _ChildStartsDown(MemoryBackend):
+    """A store that is away for child starts (every try answers ``Retryable``) while
+    ``down`` is set: what a PostgreSQL or Redis restart looks like to the committer."""
+
+    down = False
+
+    async def initialize(self, owner: Any, proposal: Any, events: Any) -> Any:
+        if self.down and "@" in proposal.run.id:
+            return Retryable("the store restarts")
+        return await super().initialize(owner, proposal, events)
+
+    async def initialize_claimed(
+        self, owner: Any, proposal: Any, events: Any, claim_token: Any
+    ) -> Any:
+        if self.down and "@" in proposal.run.id:
+            return Retryable("the store restarts")
+        return await super().initialize_claimed(owner, proposal, events, claim_token)
+
+
+def test_a_store_outage_while_starting_a_child_leaves_it_to_the_recheck() -> None:
+    """Found by the Redis chaos campaign: a child whose start outlived the commit policy's
+    tries failed its parent's attempt for good (``child_not_started``), so the parent
+    failed on a one-second server restart. The child is now started by the recheck."""
+
+    async def scenario() -> None:
+        clock = ManualClock(T0)
+        backend = _ChildStartsDown(clock=clock)
+        docket, _, _ = memory_docket(
+            clock=clock,
+            backend=backend,
+            nodes=NODES,
+            context={},
+            child_recheck=2.0,
+            commit_attempts=2,
+            commit_backoff=0.001,
+        )
+        async with docket:
+            await docket.save_graph(CHILD)
+            ref = await docket.save_graph(parent())
+            await docket.start_run(ref, {"n": 4}, run_id="p")
+            backend.down = True
+            await docket.drain_due()  # the parent asks for its child; the start fails
+            parked = await docket.fetch_run("p")
+            assert parked.status is RunStatus.RUNNING, parked.failure
+            assert [t.status for t in parked.active_tasks.values()] == ["child_running"]
+            with pytest.raises(NotFound):
+                await docket.fetch_run("p:0:call:1@1")
+            clock.set(later(clock, 2.5))
+            await docket.drain_due()  # the recheck: still away, the parent keeps waiting
+            assert (await docket.fetch_run("p")).status is RunStatus.RUNNING
+            backend.down = False
+            clock.set(later(clock, 5.0))
+            done = await _settle(docket, "p")
+            assert done.status is RunStatus.DONE, done.failure
+            assert done.output == {"result": 8}
+            events = await _events(docket, "p")
+            started = [e for e in events if e.type is EventType.CHILD_STARTED]
+            assert len(started) == 1  # asked once; started by the recheck
 
     asyncio.run(scenario())
