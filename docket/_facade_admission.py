@@ -26,11 +26,20 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from docket._facade_queues import queue_store, require_admission_options
+from docket._facade_keyed import started_before
+from docket._facade_queues import queue_store
 from docket._facade_reads import await_settled
+from docket.contract import errors as contract
 from docket.contract.capabilities import Capabilities, Feature
 from docket.contract.protocols import AdmissionStore, Backend
-from docket.errors import AwaitTimeout, Conflict, InactiveRun, InvalidOptions, NotFound
+from docket.errors import (
+    AwaitTimeout,
+    Conflict,
+    InactiveRun,
+    InvalidOptions,
+    NotFound,
+    from_contract,
+)
 from docket.proposals import InitProposal
 from docket.records import (
     Admission,
@@ -119,7 +128,8 @@ async def starts_admitted(view: QueueView, caps: Capabilities, queue: str) -> bo
     config = await view.config(queue)
     if config is None or not config.admission_limited:
         return False
-    require_admission_options(caps, config.admission_limit)
+    if Feature.ADMISSION not in caps.features:  # a config written through another backend
+        raise admission_unsupported(f"start a run in queue {queue!r}", caps.name or "unnamed")
     return True
 
 
@@ -153,15 +163,24 @@ async def admit_start(
     events: Sequence[Event],
     *,
     explicit_id: bool,
+    key: str | None,
 ) -> Run | None:
     """Offer a start to the ledger: ``None`` when admitted (initialise it now), else the
-    queued run to answer. A held run id (a keyed start again, or ``run_id=`` of a held
-    run) answers the start held first; a ``run_id=`` held by another start is
-    ``Conflict``."""
+    run to answer (queued, or the run a keyed start made before). A held run id (a keyed
+    start again, or ``run_id=`` of a held run) answers the start held first; a
+    ``run_id=`` held by another start, or taken by a run, is ``Conflict``."""
     store = admissions.store
     assert store is not None  # starts_admitted checked the feature
-    start = encode_start(owner, proposal, events)
     run = proposal.run
+    if explicit_id or key is not None:
+        # a run id in use must not be counted, nor held to fail only when promoted
+        found = await admissions.backend.runs.fetch_run(owner, run.id)
+        if isinstance(found, Run):
+            taken = contract.Conflict(f"run {run.id!r} exists")
+            if key is None:
+                raise from_contract(taken, subject=f"run {run.id!r}")
+            return await started_before(admissions.backend, owner, key, run.graph_id, taken)
+    start = encode_start(owner, proposal, events)
     tenant = tenant_id_of(owner)
     answer = await store.admit(proposal.queue, run.id, tenant, proposal.priority, start)
     if not isinstance(answer, Admission):

@@ -507,6 +507,7 @@ class Docket(
                 proposal,
                 moment.events,
                 explicit_id=run_id is not None and idempotency_key is None,
+                key=idempotency_key,
             )
             if queued is not None:
                 return queued

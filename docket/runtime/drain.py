@@ -504,6 +504,10 @@ class Drainer:
             return _Planned(step, self._send(lease, step, moment.run.checkpoint_seq))
         return _Planned(step, None)
 
+    async def now(self) -> datetime:
+        """The backend's clock (as every commit of a drain is stamped)."""
+        return await self._now()
+
     async def _now(self) -> datetime:
         if self._clock is None:
             self._clock = stamp_clock(self._backend)

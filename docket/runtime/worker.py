@@ -106,6 +106,9 @@ class Worker:
         self._ticker = ticker
         self._ticking: asyncio.Task[object] | None = None
         self._ticked_at: float | None = None  # monotonic start of the last ticker pass
+        # Feature.ADMISSION: the periodic repair of admission ledgers (runtime/admission.py)
+        self._reconciling: asyncio.Task[object] | None = None
+        self._reconciled_at: float | None = None
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._drainer = drainer
         self._settings = settings
@@ -266,6 +269,7 @@ class Worker:
                     announced = asyncio.ensure_future(self._announced(self._pause()))
                 poll_started = time.monotonic()
                 self._maybe_tick(poll_started)
+                self._maybe_reconcile(poll_started)
                 if self._pruner is not None:
                     self._pruner.maybe_start(poll_started)
                 demand = self._settings.concurrency - self._busy()
@@ -282,6 +286,7 @@ class Worker:
                 with contextlib.suppress(asyncio.CancelledError):
                     await announced
             await self._stop_ticking()
+            await self._stop_reconciling()
             if self._pruner is not None:
                 await self._pruner.stop()
             await self._shutdown()
@@ -311,6 +316,48 @@ class Worker:
         if self._ticking is not None and not self._ticking.done():
             self._ticking.cancel()
             await asyncio.gather(self._ticking, return_exceptions=True)
+
+    def _maybe_reconcile(self, now: float) -> None:
+        """Start an admission reconcile pass (its own task) every ``admission_reconcile``
+        seconds while the backend declares admission and none runs."""
+        admissions = self._drainer.admissions
+        if admissions.store is None or (
+            self._reconciling is not None and not self._reconciling.done()
+        ):
+            return
+        interval = self._settings.admission_reconcile
+        if self._reconciled_at is not None and now - self._reconciled_at < interval:
+            return
+        self._reconciled_at = now
+        self._reconciling = asyncio.ensure_future(self._reconcile())
+
+    async def _reconcile(self) -> object:
+        settings = self._settings
+        try:
+            now = await self._drainer.now()
+            report = await self._drainer.admissions.reconcile(
+                now,
+                settle=timedelta(seconds=settings.admission_reconcile),
+                grace=timedelta(seconds=settings.admission_grace),
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("the admission reconcile failed (%s); trying again later", exc)
+            return None
+        if report.finished or report.started:
+            log.info(
+                "admission reconcile: released %d finished runs, started %d",
+                report.finished,
+                report.started,
+            )
+        return report
+
+    async def _stop_reconciling(self) -> None:
+        # a pass cut short is repeated by the next one (every step of it is idempotent)
+        if self._reconciling is not None and not self._reconciling.done():
+            self._reconciling.cancel()
+            await asyncio.gather(self._reconciling, return_exceptions=True)
 
     def _pause(self) -> float:
         interval = self._settings.poll_interval
