@@ -200,6 +200,16 @@ class AdmissionLoad:
                 return counts or (-1, -1)
             time.sleep(0.2)
 
+    def killed_amid(self, directory: Path, killed: dict[str, float]) -> int:
+        """How many admitted runs had a node execute on a worker that was SIGKILLed
+        afterwards (the kills the admission checks lived through)."""
+        touched = {
+            run_id
+            for _, run_id, worker, when in read_lines(directory, "admission")
+            if killed.get(worker, 0.0) >= float(when)
+        }
+        return len(touched)
+
     def check(
         self, directory: Path, left: tuple[int, int], problems: list[str]
     ) -> tuple[int, int, int]:
