@@ -363,8 +363,8 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         f"chaos: {admitted.total} runs through a queue admitting {chaos_admission.CAP}: at "
         f"most {admission_peak} unfinished at once, the store counted at most "
         f"{admitted.most_admitted} admitted; "
-        f"{admitted.killed_amid(directory, workers.killed)} of them ran a node on a worker "
-        "killed afterwards"
+        f"{admitted.killed_amid(directory, workers.killed)} of them saw a worker killed "
+        "while unfinished"
     )
     for text in verdict.problems:
         print(f"chaos: VIOLATION {text}")

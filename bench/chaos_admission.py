@@ -201,14 +201,12 @@ class AdmissionLoad:
             time.sleep(0.2)
 
     def killed_amid(self, directory: Path, killed: dict[str, float]) -> int:
-        """How many admitted runs had a node execute on a worker that was SIGKILLed
-        afterwards (the kills the admission checks lived through)."""
-        touched = {
-            run_id
-            for _, run_id, worker, when in read_lines(directory, "admission")
-            if killed.get(worker, 0.0) >= float(when)
-        }
-        return len(touched)
+        """How many admitted runs had a worker SIGKILLed while they were unfinished (the
+        kills the admission checks lived through)."""
+        kills = sorted(killed.values())
+        return sum(
+            1 for start, end in _lives(directory).values() if any(start <= k <= end for k in kills)
+        )
 
     def check(
         self, directory: Path, left: tuple[int, int], problems: list[str]
