@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from docket import SyncDocket
+from docket.backends import from_url
 from docket.cli import main
 from docket.contract.capabilities import Capabilities, Feature
 from docket.contract.memory import MemoryBackend
 from docket.records import Admission, QueueStatus
 from tests.cli import queues_app
+from tests.cli.helpers import docket_cli, explain
 
 APP = ["--app", "tests.cli.queues_app:create"]
 HEADERS = ["NAME", "LIMIT", "RATE", "PAUSED", "RUNNING", "DEPTH"]
@@ -208,3 +212,39 @@ def test_a_backend_without_admission_is_refused_with_the_reason(
     # the list still works there, without the admission columns
     code, out, err = cli(capsys, "queues", "list")
     assert code == 0 and "ADMITTED" not in out, err
+
+
+SQLITE_ADMITS = Feature.ADMISSION in from_url("sqlite:///never-opened.db").capabilities().features
+
+
+def test_the_installed_command_against_a_sqlite_file(tmp_path: Path) -> None:
+    """The real ``docket`` script, one process per command, sharing a SQLite file whose
+    runs were started through the facade (admitted, then held beyond the limit)."""
+    db = tmp_path / "app.db"
+    env = {"DOCKET_BACKEND": f"sqlite:///{db}"}
+    with SyncDocket(f"sqlite:///{db}", nodes=queues_app.NODES) as docket:
+        ref = docket.save_graph(queues_app.graph())
+    made = docket_cli("queues", "set-admission", "onboarding", "2", env=env)
+    if not SQLITE_ADMITS:  # a SQLite store without the admission ledger refuses, writing nothing
+        assert made.returncode == 1, explain(made)
+        assert "does not declare the admission feature" in made.stderr, explain(made)
+        with SyncDocket(f"sqlite:///{db}") as docket:
+            assert [s.config.name for s in docket.queues()] == ["default"]
+        return
+    assert made.returncode == 0, explain(made)
+    with SyncDocket(f"sqlite:///{db}", nodes=queues_app.NODES) as docket:
+        started = [docket.start_run(ref, run_id=f"o{n}", queue="onboarding") for n in range(3)]
+    assert [str(run.status) for run in started] == ["running", "running", "queued"]
+    shown = docket_cli("queues", "list", env=env)
+    assert shown.returncode == 0, explain(shown)
+    assert [line.split() for line in shown.stdout.splitlines()][2] == [
+        *("onboarding", "none", "none", "no", "-", "2"),
+        *("2", "none", "2", "1"),
+    ]
+    held = docket_cli("queues", "held", "onboarding", "--json", env=env)
+    assert held.returncode == 0, explain(held)
+    assert [(s["state"], s["run_id"]) for s in json.loads(held.stdout)] == [
+        ("admitted", "o0"),
+        ("admitted", "o1"),
+        ("held", "o2"),
+    ]
