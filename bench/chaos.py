@@ -58,12 +58,16 @@ the workers drain what is left, are stopped with SIGTERM, and the harness checks
 * the live streams (:mod:`bench.chaos_streams`): a thread of the harness follows every run
   with ``Docket.stream`` through the kills and restarts; each stream yielded every event
   the store holds for its run exactly once, in order, and ended.
+* the admission limit (:mod:`bench.chaos_admission`): the runs of a queue admitting 2
+  are never more than 2 unfinished at once (their nodes' records, and the store's counts),
+  and every start, admitted or held, ends as a done run with the queue's ledger empty.
 
 The last line is ``chaos: backend=<name> runs=R completed=C lost=L duplicate_commits=D
 gaps=G wrong_outputs=W children=K orphans=O missing_children=M child_outputs_wrong=X
 kills=K db_restarts=N deadlines=D ticks=T ticks_missed=0 ticks_doubled=0 messages=M
 messages_lost=0 messages_doubled=0 edits=E edits_lost=0 forks=F forks_wrong=0
-streamed=R stream_gaps=0 stream_duplicates=0``; the exit status is 1 on any violation.
+streamed=R stream_gaps=0 stream_duplicates=0 queued=Q queue_overlaps=0 admitted=A
+admission_overlaps=0 admission_unfinished=0``; the exit status is 1 on any violation.
 
 ``--measure-recovery M`` measures the recovery bound instead: M times, a victim worker
 hangs in its node executions (keeping its claims alive with heartbeats), is killed at a
@@ -89,7 +93,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as ``python bench/chaos.py``
     sys.path.insert(0, str(ROOT))
 
-from bench import chaos_app, chaos_queues  # noqa: E402
+from bench import chaos_admission, chaos_app, chaos_queues  # noqa: E402
+from bench.chaos_admission import AdmissionLoad  # noqa: E402
 from bench.chaos_checks import Record, Verdict, check_children, check_record, n_of  # noqa: E402
 from bench.chaos_ops import EDIT_DELTA, Operator, is_fork  # noqa: E402
 from bench.chaos_queues import QueueLoad  # noqa: E402
@@ -257,6 +262,8 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         if "orphan_child" in chaos_app.sabotage():
             start_orphan(docket)
         queued = QueueLoad(docket, args.runs, chaos_app.sabotage())
+        admitted = AdmissionLoad(docket, args.runs, chaos_app.sabotage())
+        left = (0, 0)
         try:
             names = [workers.spawn() for _ in range(args.workers)]
             workers.wait_ready(names)
@@ -280,6 +287,8 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                 share = min(1.0, (now - phase_start) / (phase * 0.8))
                 driver.submit_until(round(args.runs * share))
                 queued.submit_until(share)
+                admitted.submit_until(share)
+                admitted.sample()  # the store's admitted count, read all along
                 killing = len(workers.killed) < args.min_kills or driver.submitted < args.runs
                 # the schedule ticks a while after the last restart too: its runs made up
                 # after an outage are part of what is checked
@@ -321,9 +330,11 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
                         and finished == args.runs
                         and not forking
                         and queued.finished()
+                        and admitted.finished()
                     ):
                         break
                 time.sleep(0.2)
+            left = admitted.ledger_left()  # while the workers run: they reconcile the rest
             elapsed = time.monotonic() - started
             codes = workers.stop_all()
         finally:
@@ -335,6 +346,9 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         )
         queue_overlaps, queue_peak = queued.check(
             directory, workers.killed, args.claim_ttl, verdict.problems
+        )
+        admission_overlaps, admission_unfinished, admission_peak = admitted.check(
+            directory, left, verdict.problems
         )
     bad_exits = {name: code for name, code in codes.items() if code != 0}
     side = read_lines(directory, "side")
@@ -349,6 +363,13 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
     print(
         f"chaos: {queued.total} queued runs through a queue limited to {chaos_queues.LIMIT}: "
         f"at most {queue_peak} executing at once"
+    )
+    print(
+        f"chaos: {admitted.total} runs through a queue admitting {chaos_admission.CAP}: at "
+        f"most {admission_peak} unfinished at once, the store counted at most "
+        f"{admitted.most_admitted} admitted; "
+        f"{admitted.killed_amid(directory, workers.killed)} of them saw a worker killed "
+        "while unfinished"
     )
     verdict.problems.extend(driver.failed_elsewhere)
     for text in verdict.problems:
@@ -373,7 +394,9 @@ def campaign(args: argparse.Namespace, store: Store, directory: Path) -> int:
         f"forks={verdict.forks} forks_wrong={verdict.forks_wrong} "
         f"streamed={verdict.streamed} stream_gaps={verdict.stream_gaps} "
         f"stream_duplicates={verdict.stream_duplicates} "
-        f"queued={queued.total} queue_overlaps={queue_overlaps}"
+        f"queued={queued.total} queue_overlaps={queue_overlaps} "
+        f"admitted={admitted.total} admission_overlaps={admission_overlaps} "
+        f"admission_unfinished={admission_unfinished}"
     )
     failed = (
         verdict.problems

@@ -24,7 +24,8 @@ the environment the harness sets for each process:
   had landed twice), ``orphan_child`` (the harness itself starts a run that names
   ``chaos-00002`` as its parent although no ``child_started`` event asked for it), and the
   harness's own ``message_lost``, ``message_twice``, ``tick_missed`` and ``tick_doubled``
-  (:mod:`bench.chaos_time`) and ``queue_unlimited`` (:mod:`bench.chaos_queues`);
+  (:mod:`bench.chaos_time`), ``queue_unlimited`` (:mod:`bench.chaos_queues`) and
+  ``admission_unlimited`` (:mod:`bench.chaos_admission`);
 * ``DOCKET_CHAOS_HOLD_AFTER`` — when set to N, node executions after the N-th of this
   process hang (after logging a ``hold`` line), so the process keeps claims on runs in
   mid-flight, heartbeating them, until it is killed (the recovery measurement's victim).
@@ -70,7 +71,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from bench import chaos_queues
+from bench import chaos_admission, chaos_queues
 from docket import (
     FINISH,
     START,
@@ -483,6 +484,7 @@ def tick_graph() -> GraphBuilder:
 
 
 chaos_queues.register(NODES, _append)  # the queued runs' node (bench/chaos_queues.py)
+chaos_admission.register(NODES, _append)  # the admitted runs' nodes (bench/chaos_admission.py)
 KID_GRAPH = kid_graph().build()
 GRAPH = chaos_graph().build()
 TICK_GRAPH = tick_graph().build()

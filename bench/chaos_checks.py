@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 
 import attrs
 
-from bench import chaos_app, chaos_queues
+from bench import chaos_admission, chaos_app, chaos_queues
 from docket import SyncDocket
 from docket.core.children import ParentLink
 from docket.errors import NotFound
@@ -203,7 +203,8 @@ def check_children(
     schedule (graph ``chaos_tick``) are no children: their records go to ``scheduled``;
     nor are the forks the harness made (``docket.forked_from`` set): they go to ``forks``
     (:mod:`bench.chaos_ops` checks them); nor are the queued runs (graph ``chaos_q``,
-    :mod:`bench.chaos_queues`)."""
+    :mod:`bench.chaos_queues`) and the admitted runs (graph ``chaos_a``,
+    :mod:`bench.chaos_admission`)."""
     asked = _asked(parents, verdict)
     children: dict[str, Record] = {}
     linked: dict[Key, list[str]] = defaultdict(list)
@@ -222,6 +223,8 @@ def check_children(
             continue
         if record.run.graph_id == chaos_queues.GRAPH_ID:
             continue  # a queued run: bench/chaos_queues.py checks it (its record is checked)
+        if record.run.graph_id == chaos_admission.GRAPH_ID:
+            continue  # an admitted run: bench/chaos_admission.py checks it (and its record)
         children[ident] = record
         link = ParentLink.of(record.run)
         if link is None:

@@ -6,6 +6,18 @@
     docket queues set-limit NAME N|none     runs of NAME holding a claim at once
     docket queues set-rate NAME COUNT/PERIOD|none    e.g. 20/1s, 100/m, 5/500ms
     docket queues pause NAME | resume NAME  stop / restart handing out claims
+    docket queues set-admission NAME N|none [--per-tenant N|none]
+                                            unfinished runs of NAME at once (and per tenant)
+    docket queues held NAME [--limit N]     NAME's admitted and held starts
+
+``list`` adds ADMISSION, PER-TENANT, ADMITTED and HELD columns when some queue has an
+admission limit (or still counts starts admitted or held under one), and its ``--json``
+rows carry the admission keys only for such queues, so a store without admission limits
+lists as it always did. ``set-admission NAME N`` keeps the per-tenant limit stored unless
+``--per-tenant`` is given; like ``set-limit`` it creates a queue that does not exist.
+``held`` refuses an unknown queue (exit 1, not found) and a backend without admission
+(exit 1, unsupported); it lists the admitted starts (by admission order) and then the held
+ones (in the order they will be admitted), each with its tenant, priority and since when.
 
 ``set-limit`` and ``set-rate`` create a queue that does not exist yet (``set-limit NAME
 none`` creates an unlimited one); ``pause`` and ``resume`` refuse an unknown queue (exit
@@ -22,20 +34,24 @@ import argparse
 from collections.abc import Sequence
 
 from docket._queue_text import (
+    admission_shown,
     format_limit,
     format_rate,
+    held_start_json,
     parse_limit,
     parse_rate,
     queue_status_json,
 )
 from docket.cli._common import _connection_options, _fail, _with_docket
-from docket.cli._output import _emit, _table
+from docket.cli._output import _emit, _table, _when
 from docket.facade import Docket
-from docket.records import QueueConfig, QueueStatus, RateLimit
+from docket.records import AdmissionView, QueueConfig, QueueStatus, RateLimit
 
 __all__ = ["add_queue_commands"]
 
 _HEADERS = ("NAME", "LIMIT", "RATE", "PAUSED", "RUNNING", "DEPTH")
+_ADMISSION_HEADERS = ("ADMISSION", "PER-TENANT", "ADMITTED", "HELD")
+_HELD_HEADERS = ("STATE", "RUN", "TENANT", "PRIORITY", "SINCE")
 
 
 def add_queue_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,12 +83,49 @@ def add_queue_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         parser.add_argument("name")
         parser.set_defaults(run=action)
 
+    admission = sub.add_parser(
+        "set-admission", help="at most N runs of the queue unfinished at once (and per tenant)"
+    )
+    _connection_options(admission, tenant=False)
+    admission.add_argument("name")
+    admission.add_argument("limit", metavar="N|none")
+    admission.add_argument(
+        "--per-tenant",
+        metavar="N|none",
+        default=None,
+        help="at most N unfinished runs of one tenant (default: keep what is stored)",
+    )
+    admission.set_defaults(run=_set_admission)
+
+    held = sub.add_parser("held", help="the queue's admitted and held starts")
+    _connection_options(held, tenant=False)
+    held.add_argument("name")
+    held.add_argument("--limit", type=int, default=1000, help="at most N of each (default 1000)")
+    held.set_defaults(run=_held)
+
 
 def _print(args: argparse.Namespace, statuses: Sequence[QueueStatus]) -> None:
     if args.json:
         _emit([queue_status_json(s) for s in statuses])
         return
-    _table(_HEADERS, [_row(s) for s in statuses])
+    _table(*_rows(statuses))
+
+
+def _rows(statuses: Sequence[QueueStatus]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The table: the admission columns only when some queue has admission figures."""
+    if not any(admission_shown(s) for s in statuses):
+        return _HEADERS, [_row(s) for s in statuses]
+    return _HEADERS + _ADMISSION_HEADERS, [_row(s) + _admission_row(s) for s in statuses]
+
+
+def _admission_row(status: QueueStatus) -> tuple[str, ...]:
+    config = status.config
+    return (
+        format_limit(config.admission_limit),
+        format_limit(config.tenant_admission_limit),
+        str(status.admitted),
+        str(status.held),
+    )
 
 
 def _row(status: QueueStatus) -> tuple[str, ...]:
@@ -103,7 +156,7 @@ def _changed(args: argparse.Namespace, config: QueueConfig, statuses: Sequence[Q
     if args.json:
         _emit(queue_status_json(status))
     else:
-        _table(_HEADERS, [_row(status)])
+        _table(*_rows([status]))
     return 0
 
 
@@ -147,3 +200,44 @@ def _resume(args: argparse.Namespace) -> int:
         return config, await d.queues()
 
     return _changed(args, *_with_docket(args, go, must_exist=True))
+
+
+def _set_admission(args: argparse.Namespace) -> int:
+    try:
+        limit = parse_limit(args.limit, "admission limit")
+        per_tenant = (
+            None if args.per_tenant is None else parse_limit(args.per_tenant, "per-tenant limit")
+        )
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+
+    async def go(d: Docket) -> tuple[QueueConfig, Sequence[QueueStatus]]:
+        if args.per_tenant is None:  # keep the stored per-tenant limit
+            config = await d.configure_queue(args.name, admission_limit=limit)
+        else:
+            config = await d.configure_queue(
+                args.name, admission_limit=limit, tenant_admission_limit=per_tenant
+            )
+        return config, await d.queues()
+
+    return _changed(args, *_with_docket(args, go, must_exist=True))
+
+
+def _held(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise _fail(f"--limit: expected a positive integer, got {args.limit}")
+
+    async def go(d: Docket) -> AdmissionView:
+        await d.queue(args.name)  # an unknown queue is NotFound, not an empty list
+        return await d.admissions(args.name, limit=args.limit)
+
+    view = _with_docket(args, go, must_exist=True)
+    starts = [("admitted", s) for s in view.admitted] + [("held", s) for s in view.held]
+    if args.json:
+        _emit([held_start_json(start, state) for state, start in starts])
+        return 0
+    _table(
+        _HELD_HEADERS,
+        [(state, s.run_id, s.tenant or "-", str(s.priority), _when(s.at)) for state, s in starts],
+    )
+    return 0

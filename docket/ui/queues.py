@@ -1,8 +1,11 @@
 """The console's Queues page: every named queue with its depth (due, unclaimed runs),
-running (slots held), execution limit, rate and paused flag, and the buttons and forms
-that change them (``GET /queues``; ``POST /queues`` adds or changes a queue by name;
+running (slots held), execution limit, rate and paused flag, its admission limits with
+the starts admitted and held under them, and the buttons and forms that change them
+(``GET /queues``; ``POST /queues`` adds or changes a queue by name;
 ``POST /queues/{name}/limits|pause|resume`` act on a listed one). In a limits form a
-blank field keeps what is stored and ``none`` removes that limit.
+blank field keeps what is stored and ``none`` removes that limit. ``GET
+/queues/{name}/held`` lists a queue's admitted starts and its held ones, in the order
+they will be admitted (``Docket.admissions``).
 
 Everything goes through the facade (``queues``, ``configure_queue``, ``pause_queue``,
 ``resume_queue``), so a value is accepted or refused exactly as the API decides: a refused
@@ -24,7 +27,7 @@ from starlette.routing import Route
 
 from docket import errors
 from docket._queue_text import format_limit, format_rate, parse_limit, parse_rate
-from docket.records import QueueStatus
+from docket.records import AdmissionView, QueueStatus
 
 if TYPE_CHECKING:
     from docket.ui.app import Console
@@ -46,6 +49,8 @@ class LimitsForm:
     name: str = ""
     limit: str = ""
     rate: str = ""
+    admission: str = ""
+    per_tenant: str = ""
     error: str | None = None
 
 
@@ -55,7 +60,17 @@ def _form_for(status: QueueStatus) -> LimitsForm:
         name=config.name,
         limit=format_limit(config.execution_limit),
         rate=format_rate(config.rate),
+        admission=format_limit(config.admission_limit),
+        per_tenant=format_limit(config.tenant_admission_limit),
     )
+
+
+def _parse_admission(text: str) -> int | None:
+    return parse_limit(text, "admission limit")
+
+
+def _parse_per_tenant(text: str) -> int | None:
+    return parse_limit(text, "per-tenant limit")
 
 
 async def _page(
@@ -101,13 +116,24 @@ async def _save(console: Console, request: Request, name: str, *, adding: bool) 
     removes that limit."""
     form = await request.form()
     limit_text, rate_text = _text(form, "limit") or "", _text(form, "rate") or ""
-    typed = LimitsForm(name=name, limit=limit_text, rate=rate_text)
+    admission_text = _text(form, "admission") or ""
+    per_tenant_text = _text(form, "per_tenant") or ""
+    typed = LimitsForm(
+        name=name,
+        limit=limit_text,
+        rate=rate_text,
+        admission=admission_text,
+        per_tenant=per_tenant_text,
+    )
     changes: dict[str, Any] = {}  # configure_queue's keywords; the rest stay as stored
     problems: list[str] = []
-    for field, text, parse in (
+    parsers: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
         ("execution_limit", limit_text, parse_limit),
         ("rate", rate_text, parse_rate),
-    ):
+        ("admission_limit", admission_text, _parse_admission),
+        ("tenant_admission_limit", per_tenant_text, _parse_per_tenant),
+    )
+    for field, text, parse in parsers:
         if not text.strip():
             continue
         try:
@@ -120,6 +146,8 @@ async def _save(console: Console, request: Request, name: str, *, adding: bool) 
         except errors.InvalidOptions as exc:
             reasons = exc.details.get("reasons")
             problems = [str(r) for r in reasons] if isinstance(reasons, list) else [exc.message]
+        except errors.Unsupported as exc:  # an admission limit on a backend without admission
+            problems = [exc.message]
     if problems:
         typed.error = "; ".join(problems)
         if adding:
@@ -157,6 +185,21 @@ async def resume(console: Console, request: Request) -> Response:
     return RedirectResponse("/queues?notice=queue_resumed", status_code=303)
 
 
+async def held(console: Console, request: Request) -> Response:
+    """A queue's admission ledger: its admitted starts, then its held ones."""
+    from docket.ui.app import _path_id, _Refused
+
+    name = _path_id(request, "name")
+    try:
+        config = await console.docket.queue(name)
+        view: AdmissionView = await console.docket.admissions(name)
+    except errors.Unsupported as exc:
+        raise _Refused(404, exc.message) from None
+    return console.render(
+        request, "queue_held.html", config=config, view=view, name=name, refresh=False
+    )
+
+
 def routes(console: Console) -> list[Route]:
     """The page and its writes, guarded like every page (writes: POST, anti-forgery)."""
 
@@ -170,6 +213,7 @@ def routes(console: Console) -> list[Route]:
     return [
         Route("/queues", guard(bound(queues))),
         Route("/queues", guard(bound(add), mutating=True), methods=["POST"]),
+        Route("/queues/{name}/held", guard(bound(held))),
         *(
             Route(f"/queues/{{name}}/{action}", guard(bound(page), mutating=True), methods=["POST"])
             for action, page in (("limits", limits), ("pause", pause), ("resume", resume))

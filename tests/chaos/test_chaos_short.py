@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import chaos_app, chaos_ops, chaos_queues
+from bench import chaos_admission, chaos_app, chaos_ops, chaos_queues
+from docket import SyncDocket
+from docket.backends import from_url
+from docket.contract.capabilities import Feature
 
 ROOT = Path(__file__).resolve().parents[2]
 LAST_LINE = re.compile(
@@ -25,7 +28,9 @@ LAST_LINE = re.compile(
     r"edits=(?P<edits>\d+) edits_lost=(?P<edits_lost>\d+) forks=(?P<forks>\d+) "
     r"forks_wrong=(?P<forks_wrong>\d+) streamed=(?P<streamed>\d+) "
     r"stream_gaps=(?P<stream_gaps>\d+) stream_duplicates=(?P<stream_duplicates>\d+) "
-    r"queued=(?P<queued>\d+) queue_overlaps=(?P<queue_overlaps>\d+)"
+    r"queued=(?P<queued>\d+) queue_overlaps=(?P<queue_overlaps>\d+) "
+    r"admitted=(?P<admitted>\d+) admission_overlaps=(?P<admission_overlaps>\d+) "
+    r"admission_unfinished=(?P<admission_unfinished>\d+)"
 )
 
 
@@ -134,7 +139,12 @@ def test_short_chaos_campaigns_on_every_backend_lose_nothing() -> None:
             "stream_duplicates": "0",
             "queued": str(chaos_queues.queued_runs(runs)),
             "queue_overlaps": "0",
+            "admitted": match["admitted"],
+            "admission_overlaps": "0",
+            "admission_unfinished": "0",
         }, f"{backend}:\n{output[-3000:]}"
+        # a backend declaring admission runs the admitted load (bench/chaos_admission.py)
+        assert match["admitted"] in ("0", str(chaos_admission.admitted_runs(runs)))
         children = int(match["children"])
         assert children_of(runs) - deadline_children_of(runs) <= children <= children_of(runs)
         assert int(match["kills"]) >= kills
@@ -294,3 +304,60 @@ def test_the_campaign_reports_a_queue_running_more_than_its_limit() -> None:
     assert match["completed"] == "30" and match["queued"] == "6", stdout[-3000:]
     assert int(match["queue_overlaps"]) > 0, stdout[-3000:]
     assert f"VIOLATION queue {chaos_queues.QUEUE} limited to {chaos_queues.LIMIT} ran" in stdout
+
+
+#: Whether the campaign's SQLite store declares admission (the admitted load runs there).
+SQLITE_ADMITS = Feature.ADMISSION in from_url("sqlite:///never-opened.db").capabilities().features
+
+
+def _sabotaged_admission(sabotage: str) -> tuple[str, re.Match[str]]:
+    env = dict(os.environ, DOCKET_CHAOS_SABOTAGE=sabotage)
+    proc = _campaign(
+        *("--backend", "sqlite", "--workers", "2", "--runs", "30", "--min-kills", "0"),
+        *("--kill-interval", "600", "--timeout", "120"),
+        env=env,
+    )
+    stdout, _ = proc.communicate(timeout=200)
+    assert proc.returncode == 1, stdout[-6000:]
+    match = LAST_LINE.fullmatch(stdout.strip().splitlines()[-1])
+    assert match is not None, stdout[-3000:]
+    assert match["completed"] == "30" and match["admitted"] == "6", stdout[-3000:]
+    return stdout, match
+
+
+def test_the_campaign_reports_a_queue_with_more_runs_unfinished_than_it_admits(
+    tmp_path: Path,
+) -> None:
+    """The negative control of "admitted never over the cap": the queue is configured
+    without its admission limit, so the admitted runs' lives overlap beyond the cap and
+    the count must say so; every start still ends as a finished run."""
+    if not SQLITE_ADMITS:  # a store without admission: the load is off, nothing to count
+        _assert_admission_load_off(tmp_path)
+        return
+    stdout, match = _sabotaged_admission("admission_unlimited")
+    assert int(match["admission_overlaps"]) > 0, stdout[-3000:]
+    assert match["admission_unfinished"] == "0", stdout[-3000:]
+    assert f"VIOLATION queue {chaos_admission.QUEUE} admitting {chaos_admission.CAP} had" in (
+        stdout
+    )
+
+
+def test_the_campaign_reports_a_held_start_that_never_became_a_finished_run(
+    tmp_path: Path,
+) -> None:
+    """The negative control of "every admitted/held start ends as a finished run": the
+    harness drops one held start from the ledger; the check must find it missing."""
+    if not SQLITE_ADMITS:
+        _assert_admission_load_off(tmp_path)
+        return
+    stdout, match = _sabotaged_admission("admission_lost")
+    assert match["admission_overlaps"] == "0", stdout[-3000:]
+    assert match["admission_unfinished"] == "1", stdout[-3000:]
+    assert re.search(r"VIOLATION chaos-a-\d+: never became a run", stdout), stdout[-3000:]
+
+
+def _assert_admission_load_off(tmp_path: Path) -> None:
+    with SyncDocket(f"sqlite:///{tmp_path / 'off.db'}", nodes=chaos_app.NODES) as docket:
+        load = chaos_admission.AdmissionLoad(docket, 30, {"admission_unlimited"})
+        assert (load.enabled, load.total, load.finished()) == (False, 0, True)
+        assert [s.config.name for s in docket.queues()] == ["default"]
