@@ -287,27 +287,6 @@ class Engine:
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise store_error(exc, sent=sent, write=write) from exc
 
-    async def committed(
-        self,
-        body: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Callable[[], Awaitable[T]]]],
-        *,
-        write: bool,
-    ) -> T:
-        """:meth:`transaction` in pipeline mode whose last answer is read after ``COMMIT``
-        went out: ``body`` sends its statements, reads what it must, sends the last ones
-        unread and returns their reader, awaited once the pipeline synced. So the last
-        statements and ``COMMIT`` share one round trip (the queue store's fused claim)."""
-        pool = await self._ensure_open()
-        sent = False
-        try:
-            async with pool.connection() as conn:
-                sent = True
-                async with conn.pipeline(), conn.transaction():
-                    read = await body(conn)
-                return await read()
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise store_error(exc, sent=sent, write=write) from exc
-
     async def outcome(
         self, query: bytes, params: Sequence[object]
     ) -> list[Row] | Retryable | Permanent:

@@ -13,17 +13,17 @@ Times are the database's (``clock_timestamp()``, read after the lock is granted)
 the call passes ``now`` or the backend runs on a test clock (:meth:`Engine.given`).
 
 **The fused claim** (``claim_with_slots``, :class:`docket.contract.protocols.SlotClaims`)
-is a limited queue's whole claim round in one transaction of two round trips: BEGIN, the
-lock and the slot read; then, the grant decided by the ledger (with the carried releases
-applied first), the ledger's write-back, one statement that calls ``claim_due`` for at
-most the grant and records a slot (and takes a token) for each lease it returns, and
-COMMIT. Three transactions (``acquire_slots``, ``claim_due``, ``release_slots``) were the
-cost of a limited claim before: issue #25.
+is a limited queue's whole claim round in one transaction: the lock and the slot read;
+then, the grant decided by the ledger (with the carried releases applied first), one
+statement that writes the ledger back, calls ``claim_due`` for at most the grant and
+records a slot (and takes a token) for each lease it returns; COMMIT. Three transactions
+(``acquire_slots``, ``claim_due``, ``release_slots``) were the cost of a limited claim
+before: issue #25.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
@@ -92,20 +92,25 @@ _LIST: Final = (
     "AND l.wake_at <= n.now GROUP BY l.queue"
 )
 
-# The fused claim's second statement: claim_due for at most the grant (as _CLAIM sends
-# it for named queues), a slot for the i-th granted holder of each of the first n leases
-# (poisoned entries hold none), and n tokens when the queue has a rate; the leases in
-# claim order. The ledger was written back (grant refunded) just before, in the same
-# transaction.
+# The fused claim's second statement, the whole write of the round: the ledger's
+# write-back (the carried releases and expired slots deleted; the bucket as refilled and
+# the grant refunded), claim_due for at most the grant (as _CLAIM sends it for named
+# queues), a slot for the i-th granted holder of each of the first n leases (poisoned
+# entries hold none) and n tokens off a rated bucket; the leases in claim order.
 _CLAIM_SLOTTED: Final = (
-    "WITH c AS MATERIALIZED (SELECT * FROM @schema@.claim_due(%s::integer, %s::interval, "
+    "WITH d AS (DELETE FROM @schema@.queue_slots WHERE queue = %s "
+    "AND holder = ANY(%s::bytea[])), "
+    "c AS MATERIALIZED (SELECT * FROM @schema@.claim_due(%s::integer, %s::interval, "
     "%s::integer, %s, %s::timestamptz, %s, %s::text[]) WITH ORDINALITY), "
     "k AS (SELECT count(*) AS n FROM c WHERE NOT c.o_poisoned), "
     "s AS (INSERT INTO @schema@.queue_slots (queue, holder, expires_at) "
     "SELECT %s, h.holder, %s::timestamptz "
-    "FROM k, unnest(%s::bytea[]) WITH ORDINALITY AS h(holder, i) WHERE h.i <= k.n), "
-    "t AS (UPDATE @schema@.queues q SET tokens = q.tokens - k.n FROM k "
-    "WHERE q.name = %s AND %s::boolean AND k.n > 0) "
+    "FROM k, unnest(%s::bytea[]) WITH ORDINALITY AS h(holder, i) WHERE h.i <= k.n "
+    "ON CONFLICT (queue, holder) DO UPDATE SET expires_at = excluded.expires_at), "
+    "t AS (UPDATE @schema@.queues q "
+    "SET tokens = %s::float8 - CASE WHEN %s::boolean THEN k.n ELSE 0 END, "
+    "refilled_at = %s::timestamptz FROM k "
+    "WHERE q.name = %s AND (%s::boolean OR (%s::boolean AND k.n > 0))) "
     "SELECT c.o_tenant, c.o_run_id, c.o_graph_id, c.o_graph_hash, c.o_checkpoint_seq, "
     "c.o_token, c.o_attempts, c.o_poisoned, c.o_now, CASE WHEN NOT c.o_poisoned THEN ("
     "SELECT r.run_json FROM @schema@.runs r WHERE r.tenant = c.o_tenant "
@@ -113,9 +118,8 @@ _CLAIM_SLOTTED: Final = (
     "FROM c ORDER BY c.ordinality"
 )
 
-
-async def _nothing() -> list[Row] | None:
-    return None
+#: A queue as loaded: its slots (holder -> expires_at) and its row (config, bucket).
+_Loaded = tuple[dict[str, datetime], tuple[QueueConfig, float, datetime | None]]
 
 
 def _holder(raw: Any) -> str:
@@ -146,9 +150,9 @@ class PostgresQueues:
             loaded = await self._load(conn, name, given, create_default=create_default)
             if loaded is None:
                 return None
-            before, ledger, at = loaded
+            state, ledger, at = loaded
             result = op(ledger, at)
-            await self._save(conn, name, before, ledger)
+            await self._save(conn, name, state, ledger)
             return result
 
         # pipelined: BEGIN, the lock and the slot read in one round trip, the writes and
@@ -157,8 +161,8 @@ class PostgresQueues:
 
     async def _load(
         self, conn: Conn, name: str, given: datetime | None, *, create_default: bool
-    ) -> tuple[dict[str, datetime], SlotLedger, datetime] | None:
-        """The queue's slots as read, its ledger and the time, under its row lock."""
+    ) -> tuple[_Loaded, SlotLedger, datetime] | None:
+        """The queue's slots and row as read, its ledger and the time, under its row lock."""
         engine = self._engine
         if create_default and name == DEFAULT_QUEUE:
             config = default_config()
@@ -174,28 +178,29 @@ class PostgresQueues:
             return None
         config_text, tokens, refilled_at, at = row
         before = {_holder(h): utc(e) for h, e in await slots.fetchall()}
+        config = queue_config_from_json(str(config_text))
         ledger = SlotLedger(
-            config=queue_config_from_json(str(config_text)),
-            holders=dict(before),
-            tokens=float(tokens),
-            refilled_at=utc(refilled_at),
+            config=config, holders=dict(before), tokens=float(tokens), refilled_at=utc(refilled_at)
         )
-        return before, ledger, utc(at)
+        row = (config, ledger.tokens, ledger.refilled_at)
+        return (before, row), ledger, utc(at)
 
-    async def _save(
-        self, conn: Conn, name: str, before: dict[str, datetime], ledger: SlotLedger
-    ) -> None:
+    async def _save(self, conn: Conn, name: str, loaded: _Loaded, ledger: SlotLedger) -> None:
         engine = self._engine
         assert ledger.refilled_at is not None
-        await conn.execute(
-            engine.q(_SAVE),
-            (
-                queue_config_to_json(ledger.config).decode(),
-                ledger.tokens,
-                ledger.refilled_at,
-                name,
-            ),
-        )
+        before, row = loaded
+        # the row unchanged since loaded (a queue without a rate, but for set_queue) is
+        # not written: a row version and a WAL record saved per operation
+        if row != (ledger.config, ledger.tokens, ledger.refilled_at):
+            await conn.execute(
+                engine.q(_SAVE),
+                (
+                    queue_config_to_json(ledger.config).decode(),
+                    ledger.tokens,
+                    ledger.refilled_at,
+                    name,
+                ),
+            )
         gone = [h.encode() for h in before if h not in ledger.holders]
         if gone:
             await conn.execute(engine.q(_DROP_SLOTS), (name, ByteaArray(gone)))
@@ -330,22 +335,30 @@ class PostgresQueues:
         ttl = policy.orphan_ttl
         preference = None if policy.preference is None else str(policy.preference.value)
 
-        async def body(conn: Conn) -> Callable[[], Awaitable[list[Row] | None]]:
+        async def body(conn: Conn) -> list[Row] | None:
             loaded = await self._load(conn, name, given, create_default=True)
             if loaded is None:
-                return _nothing
-            before, ledger, at = loaded
+                return None
+            state, ledger, at = loaded
             ledger.release(freed, False, at)  # the carried releases first: their claims ended
             fresh = [h for h in wanted if h not in ledger.holders]
             granted = fresh[: ledger.acquire(fresh, ttl, at)]
             # as if refunded: the claim statement holds (and charges) the leased ones only
             ledger.release(granted, True, at)
-            await self._save(conn, name, before, ledger)
             if not granted:
-                return _nothing
+                await self._save(conn, name, state, ledger)
+                return None
+            before, row = state
+            assert ledger.refilled_at is not None
+            # an expired holder asked for again is overwritten by the insert, not deleted
+            gone = [h.encode() for h in before if h not in ledger.holders and h not in granted]
+            rated = ledger.config.rate is not None
+            changed = row != (ledger.config, ledger.tokens, ledger.refilled_at)
             cur = await conn.execute(
                 engine.q(_CLAIM_SLOTTED),
                 (
+                    name,
+                    ByteaArray(gone),
                     min(len(granted), INT4_MAX),
                     ttl,
                     min(policy.max_claim_attempts, INT4_MAX),
@@ -356,18 +369,21 @@ class PostgresQueues:
                     name,
                     at + ttl,
                     ByteaArray([h.encode() for h in granted]),
+                    ledger.tokens,
+                    rated,
+                    ledger.refilled_at,
                     name,
-                    ledger.config.rate is not None,
+                    changed,
+                    rated,
                 ),
             )
 
-            async def read() -> list[Row] | None:
-                return await cur.fetchall()
-
-            return read
+            return await cur.fetchall()
 
         try:
-            rows = await engine.committed(body, write=True)
+            # not in pipeline mode: psycopg's pipeline costs more here (milliseconds, in
+            # event-loop turns) than the three round trips it would save
+            rows = await engine.transaction(body, write=True)
         except StoreError as exc:
             return exc.outcome
         if rows is None:
