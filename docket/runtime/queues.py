@@ -256,18 +256,28 @@ class SlotBook:
         await self.send_noted()
 
     async def send_noted(self) -> None:
-        """Release every noted slot now (best effort, as :meth:`release`)."""
+        """Release every noted slot now (best effort, as :meth:`release`). Cancelled
+        midway (a stop cancels the timed send), what was not sent is noted again."""
         store = self._view.store
         noted, self._noted = self._noted, {}
         if store is None:
             return
-        for queue, holders in noted.items():
-            try:
-                await store.release_slots(queue, holders)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("releasing %d slots of queue %s failed: %s", len(holders), queue, exc)
+        pending = list(noted.items())
+        try:
+            while pending:
+                queue, holders = pending[0]
+                try:
+                    await store.release_slots(queue, holders)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning(
+                        "releasing %d slots of queue %s failed: %s", len(holders), queue, exc
+                    )
+                pending.pop(0)
+        finally:
+            for queue, holders in pending:  # a release again is harmless: unknown is ignored
+                self._noted.setdefault(queue, []).extend(holders)
 
     async def acquire_one(self, queue: str, ttl: timedelta) -> str | None:
         """A slot in ``queue`` for a claim this process is about to make (an eager start):

@@ -221,3 +221,58 @@ def test_a_round_is_one_fused_call_that_carries_the_ended_claims_slots(
             await pg.close()
 
     asyncio.run(body())
+
+
+class _Gated:
+    """The queue store, but the first ``release_slots`` waits for ``go`` (a timed send of
+    noted releases caught in flight)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.entered = asyncio.Event()
+        self.go = asyncio.Event()
+        self.releases = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def claim_with_slots(self, *args: Any) -> object:
+        return await self._inner.claim_with_slots(*args)
+
+    async def release_slots(self, *args: Any, **kwargs: Any) -> None:
+        self.releases += 1
+        if self.releases == 1:
+            self.entered.set()
+            await self.go.wait()
+        await self._inner.release_slots(*args, **kwargs)
+
+
+def test_a_stop_during_a_timed_send_still_releases_every_noted_slot(
+    pg_url: str, schema_name: Names
+) -> None:
+    """The last worker's stop cancels the timed send of noted releases; what that send
+    had not done is sent by the stop (it was lost, and the slot held until its TTL)."""
+
+    async def body() -> None:
+        pg = PostgresBackend(pg_url, schema=schema_name("qfstop"), pool_max_size=2)
+        await pg.open()
+        try:
+            await pg.queues.set_queue(QueueConfig(name="api", execution_limit=2))
+            await _seed(pg, "api", 1, due=datetime.now(UTC))
+            gated = _Gated(pg.queues)
+            backend = _CountedBackend(pg)
+            backend.queues = gated  # type: ignore[assignment]
+            queues = QueueRuntime(backend, refresh=3600.0)  # type: ignore[arg-type]
+            claimer = QueueClaimer(backend, queues, served={"api"})  # type: ignore[arg-type]
+            policy = ClaimPolicy(limit=1, orphan_ttl=TTL, max_claim_attempts=50)
+            (lease,) = _batch(await claimer.claim(policy)).leases
+            queues.slots.start_carrying()
+            await queues.slots.release(lease)  # noted; the timed send starts and is held
+            await asyncio.wait_for(gated.entered.wait(), timeout=60)
+            await queues.slots.stop_carrying()  # cancels the held send, then sends
+            assert await _running(pg, "api") == 0
+            assert gated.releases == 2
+        finally:
+            await pg.close()
+
+    asyncio.run(body())
