@@ -1,6 +1,7 @@
 """Named queues and their limits (the optional ``queues`` feature): QUEUE-LIMIT,
 QUEUE-SLOT-RETURN, QUEUE-FILTER, QUEUE-PRIORITY, QUEUE-FIFO, QUEUE-RATE, QUEUE-PAUSE,
-QUEUE-CONFIG, QUEUE-START, QUEUE-BAD-INPUT.
+QUEUE-CONFIG, QUEUE-START, QUEUE-BAD-INPUT, QUEUE-FUSED (a store offering the optional
+fused claim, ``SlotClaims``, only).
 
 A backend that declares ``queues`` keeps each run's queue and priority beside it
 (``initialize``), honours ``ClaimPolicy.queues`` and priority order in ``claim_due``, and
@@ -38,7 +39,7 @@ from docket.contract import (
     ReleaseClaim,
     Terminal,
 )
-from docket.contract.protocols import ClaimedStarts, QueueStore
+from docket.contract.protocols import ClaimedStarts, QueueStore, SlotClaims
 from docket.records import (
     DEFAULT_QUEUE,
     MAX_PRIORITY,
@@ -719,6 +720,59 @@ async def test_malformed_queue_calls_raise_and_change_nothing(docket_kit: Kit) -
     for what, queues in (("an empty set", frozenset()), ("a bad name", frozenset({"no spaces"}))):
         claim = attrs.evolve(policy, queues=queues)
         await _refused(k, f"claim_due(queues=<{what}>)", k.b.runs.claim_due, claim)
+
+
+# -- QUEUE-FUSED ------------------------------------------------------------------------------
+
+
+@invariant("QUEUE-FUSED")
+async def test_the_fused_claim_holds_a_slot_per_lease_within_the_grant(docket_kit: Kit) -> None:
+    k = docket_kit
+    store = _store(k)
+    if store is None or not isinstance(store, SlotClaims):
+        return  # the fused claim is optional: the runtime composes the three calls instead
+    fused: SlotClaims = store
+    queue, plain, loose = k.name("fq"), k.name("fp"), k.name("fl")
+    await store.set_queue(
+        QueueConfig(name=queue, execution_limit=2, rate=RateLimit(count=3, period=DAY))
+    )
+    await store.set_queue(QueueConfig(name=loose, rate=RateLimit(count=2, period=DAY)))
+    ref = await save_graph(k, TENANTLESS)
+    runs = [await _start(k, TENANTLESS, ref, queue=queue, wake_at=k.at(i)) for i in (1, 2, 3)]
+    other = await _start(k, TENANTLESS, ref, queue=plain, wake_at=k.at(0))
+    base = k.t0 + AHEAD
+    policy = ClaimPolicy(limit=1, orphan_ttl=DAY, max_claim_attempts=ATTEMPTS, now=base)
+
+    async def claim(
+        name: str, holders: list[str], release: list[str], what: str
+    ) -> list[str] | None:
+        got = await fused.claim_with_slots(policy, name, holders, release)
+        if got is None:
+            return None
+        return [lease.run_id for lease in k.isa(got, ClaimBatch, what).leases]
+
+    got = await claim(queue, ["a", "b", "c"], [], "three slots asked, a limit of 2")
+    k.eq(got, [runs[0].id, runs[1].id], "the first fused claim: 2 (the limit), in claim order")
+    k.eq(await _running(k, store, queue), 2, "running after the first fused claim")
+    k.eq(await store.renew_slots(queue, ["c"], DAY, now=base), 0, "renew of the unused holder")
+    k.eq(await store.renew_slots(queue, ["a", "b"], DAY, now=base), 2, "renew of the leased")
+    await k.raises_async(
+        ValueError,
+        functools.partial(fused.claim_with_slots, policy, queue, ["a"], ["a"]),
+        "claim_with_slots: a holder both released and requested",
+    )
+    got = await claim(queue, ["d", "e"], ["a"], "a's release carried")
+    k.eq(got, [runs[2].id], "with a's release carried: one slot under the limit, one run")
+    k.eq(await _running(k, store, queue), 2, "running after the carried release and claim")
+    # three leases took the three tokens: nothing is granted, the release still happens
+    k.eq(await claim(queue, ["f"], ["b"], "no token left"), None, "a grant with no token")
+    k.eq(await _running(k, store, queue), 1, "running after a release carried by no grant")
+    # granted but unused: no slot held, no token taken
+    k.eq(await claim(loose, ["x", "y"], [], "a queue with no run"), [], "a claim of no run")
+    k.eq(await _running(k, store, loose), 0, "slots held for no lease")
+    await _grants(k, store, loose, ["p", "q"], base, 2, "both tokens after an unused grant")
+    k.eq(await claim(k.name("nope"), ["z"], [], "an unknown queue"), None, "an unknown queue")
+    k.eq(await _claimed_ids(k, base, [plain], limit=5), [other.id], "other queues untouched")
 
 
 async def _refused(

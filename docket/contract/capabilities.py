@@ -247,7 +247,9 @@ def _check_optional(backend: object) -> None:
     from docket.contract.protocols import OPTIONAL_PROTOCOLS
 
     for accessor, protocols in OPTIONAL_PROTOCOLS.items():
-        target = getattr(backend, accessor) if accessor else backend
+        target = getattr(backend, accessor, None) if accessor else backend
+        if target is None:  # an optional store the backend does not hand out
+            continue
         where = f"backend.{accessor}" if accessor else "backend"
         for protocol in protocols:
             present = [

@@ -559,6 +559,33 @@ class AdmissionStore(Protocol):
         order, at most ``limit`` of each (an unknown queue's is empty)."""
 
 
+@runtime_checkable
+class SlotClaims(Protocol):
+    """Optional on a queue store: a limited queue's claim in one atomic operation (what
+    ``acquire_slots``, ``claim_due`` and ``release_slots`` do in three; docs/contract.md#queues).
+
+    ``claim_with_slots(policy, name, holders, release)``, atomically against every other
+    operation on queue ``name``: frees ``release`` (slots of claims that ended, as
+    ``release_slots`` without refund; unknown ones ignored); takes
+    :func:`~docket.contract.queues.grant` of ``len(holders)`` as ``acquire_slots`` would
+    (holders already held are skipped); claims at most that many runs exactly as
+    ``claim_due(attrs.evolve(policy, limit=granted, queues={name}))``; and holds a slot,
+    until ``now + policy.orphan_ttl``, for the ``i``-th lease under the ``i``-th granted
+    holder, taking rate tokens for those only (the rest are as if refunded). Answers
+    ``None`` when nothing was granted (no claim was made; the releases happened), else
+    the claim's ``ClaimBatch`` or refusal (a refusal changes nothing: not even the
+    releases). Raises ``ValueError`` for a malformed name, holders or policy, or a
+    holder both released and requested, changing nothing."""
+
+    async def claim_with_slots(
+        self,
+        policy: ClaimPolicy,
+        name: str,
+        holders: Sequence[str],
+        release: Sequence[str] = (),
+    ) -> ClaimBatch | Retryable | Permanent | None: ...
+
+
 STORE_PROTOCOLS: dict[str, type] = {
     "graphs": GraphStore,
     "runs": RunStore,
@@ -570,6 +597,7 @@ STORE_PROTOCOLS: dict[str, type] = {
 OPTIONAL_PROTOCOLS: dict[str, tuple[type, ...]] = {
     "transitions": (ClaimedStarts, ChainedCommits),
     "runs": (ClaimedRuns,),
+    "queues": (SlotClaims,),
     "": (SampledNow, Migratable, Prunable),
 }
 
@@ -601,5 +629,6 @@ __all__ = [
     "RunStore",
     "SampledNow",
     "ScheduleStore",
+    "SlotClaims",
     "TransitionStore",
 ]

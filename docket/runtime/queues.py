@@ -13,7 +13,13 @@ A backend enforces a queue's limits through its slot ledger
   (rotating, so one cannot take every round's demand): take slots under fresh random
   holder ids, claim at most that many runs of that queue, give back the unused slots
   with their rate tokens (``refund=True``); then one ``claim_due`` over the unlimited
-  served queues for the rest of the demand.
+  served queues for the rest of the demand. A store with the optional fused claim
+  (:class:`~docket.contract.protocols.SlotClaims`, PostgreSQL's) does a queue's round in
+  one transaction instead, and carries the slots of the claims that ended since
+  (*release-with-next*: while a worker dispatches, :meth:`SlotBook.release` only notes
+  the slot, and the next round in its queue frees it; :data:`RELEASE_WITHIN` bounds how
+  long a noted slot waits when no round comes). Other stores compose the three calls
+  (:func:`claim_with_slots`), exactly as before.
 
 Priorities need nothing here: the backend's ``claim_due`` orders by them.
 """
@@ -34,7 +40,7 @@ from docket import errors
 from docket.contract.capabilities import Feature
 from docket.contract.errors import NotFound, Permanent, Retryable
 from docket.contract.proposals import ClaimBatch, ClaimClass, ClaimPolicy, Lease, PoisonedClaim
-from docket.contract.protocols import Backend, QueueStore
+from docket.contract.protocols import Backend, QueueStore, SlotClaims
 from docket.errors import InvalidOptions
 from docket.graph.compiler import RuntimeGraph, queue_policies
 from docket.records import DEFAULT_QUEUE, QueueConfig, queue_name_problem
@@ -46,6 +52,7 @@ __all__ = [
     "QueueView",
     "SlotBook",
     "admission_unsupported",
+    "claim_with_slots",
     "new_holder",
     "require_served",
     "require_store",
@@ -58,6 +65,10 @@ log = stamp_logger(logging.getLogger("docket.worker"))
 
 #: What a run's start asks for when neither the caller nor the graph names a queue.
 DEFAULTS: Final = (DEFAULT_QUEUE, 0)
+
+#: Seconds a noted release waits for the next round in its queue to carry it before it
+#: is sent alone. Short: the slot counts against the limit (for every claimer) until then.
+RELEASE_WITHIN: Final = 0.05
 
 
 def new_holder() -> str:
@@ -107,6 +118,12 @@ class QueueView:
             self._known = True
         return self._store
 
+    @property
+    def fused(self) -> SlotClaims | None:
+        """The store again when it offers the fused claim (``SlotClaims``), else ``None``."""
+        store = self.store
+        return store if isinstance(store, SlotClaims) else None
+
     async def configs(self) -> Mapping[str, QueueConfig] | None:
         """Every configured queue by name; re-read when older than ``refresh``. A failed
         read keeps the last view (and raises when there is none)."""
@@ -154,6 +171,10 @@ class SlotBook:
     def __init__(self, view: QueueView) -> None:
         self._view = view
         self._held: dict[str, _Slot] = {}
+        # release-with-next: slots of ended claims a round will carry, by queue
+        self._noted: dict[str, list[str]] = {}
+        self._carriers = 0  # dispatching workers (each polls again when a claim ends)
+        self._sender: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
         return len(self._held)
@@ -186,10 +207,17 @@ class SlotBook:
 
     async def release(self, lease: Lease) -> None:
         """Free the claim's slot (its claim ended). Best effort: a slot not released
-        expires after ``orphan_ttl``, as a crashed claimer's does."""
+        expires after ``orphan_ttl``, as a crashed claimer's does. While a worker
+        dispatches on a store with the fused claim, the release is noted for the next
+        round in the queue to carry (sent alone after :data:`RELEASE_WITHIN`)."""
         slot = self._held.pop(lease.claim_token, None)
         store = self._view.store
         if slot is None or store is None:
+            return
+        if self._carriers and self._view.fused is not None:
+            self._noted.setdefault(slot.queue, []).append(slot.holder)
+            if self._sender is None or self._sender.done():
+                self._sender = asyncio.get_running_loop().create_task(self._send_later())
             return
         try:
             await store.release_slots(slot.queue, [slot.holder])
@@ -197,6 +225,60 @@ class SlotBook:
             raise
         except Exception as exc:
             log.warning("releasing the queue slot of run %s failed: %s", lease.run_id, exc)
+
+    def carried(self, queue: str) -> list[str]:
+        """The noted releases of ``queue``, handed to a round that carries them."""
+        return self._noted.pop(queue, [])
+
+    def note(self, queue: str, holders: Sequence[str]) -> None:
+        """Note releases again (a round that was to carry them did not)."""
+        if holders:
+            self._noted.setdefault(queue, []).extend(holders)
+            if self._sender is None or self._sender.done():
+                self._sender = asyncio.get_running_loop().create_task(self._send_later())
+
+    def start_carrying(self) -> None:
+        """A worker starts dispatching: releases may wait for its next round."""
+        self._carriers += 1
+
+    async def stop_carrying(self) -> None:
+        """A worker stopped dispatching; the last one sends every noted release now."""
+        self._carriers -= 1
+        if self._carriers:
+            return
+        sender, self._sender = self._sender, None
+        if sender is not None and not sender.done():
+            sender.cancel()
+            await asyncio.wait({sender})
+        await self.send_noted()
+
+    async def _send_later(self) -> None:
+        await asyncio.sleep(RELEASE_WITHIN)
+        await self.send_noted()
+
+    async def send_noted(self) -> None:
+        """Release every noted slot now (best effort, as :meth:`release`). Cancelled
+        midway (a stop cancels the timed send), what was not sent is noted again."""
+        store = self._view.store
+        noted, self._noted = self._noted, {}
+        if store is None:
+            return
+        pending = list(noted.items())
+        try:
+            while pending:
+                queue, holders = pending[0]
+                try:
+                    await store.release_slots(queue, holders)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning(
+                        "releasing %d slots of queue %s failed: %s", len(holders), queue, exc
+                    )
+                pending.pop(0)
+        finally:
+            for queue, holders in pending:  # a release again is harmless: unknown is ignored
+                self._noted.setdefault(queue, []).extend(holders)
 
     async def acquire_one(self, queue: str, ttl: timedelta) -> str | None:
         """A slot in ``queue`` for a claim this process is about to make (an eager start):
@@ -330,29 +412,67 @@ class QueueClaimer:
         assert store is not None
         want = demand if config.execution_limit is None else min(demand, config.execution_limit)
         holders = [new_holder() for _ in range(want)]
-        granted = await store.acquire_slots(config.name, holders, policy.orphan_ttl)
-        if not granted:
-            return None
-        held = holders[:granted]
         slots = self._queues.slots
+        fused = self._queues.view.fused
+        carried = slots.carried(config.name) if fused is not None else []
         try:
-            batch = await self._backend.runs.claim_due(
-                attrs.evolve(
-                    policy,
-                    limit=granted,
-                    queues=frozenset({config.name}),
-                    preference=_one(policy, granted),
-                )
-            )
+            if fused is not None:
+                asked = attrs.evolve(policy, preference=_one(policy, want))
+                batch = await fused.claim_with_slots(asked, config.name, holders, carried)
+            else:
+                batch = await claim_with_slots(store, self._backend, policy, config.name, holders)
         except BaseException:
-            await asyncio.shield(slots.refund(config.name, held))
+            slots.note(config.name, carried)  # released again (a no-op if they were)
+            if fused is not None:  # if it did commit, its claims' slots go (they expire too)
+                await asyncio.shield(slots.refund(config.name, holders))
             raise
-        used = len(batch.leases) if isinstance(batch, ClaimBatch) else 0
-        if isinstance(batch, ClaimBatch):
-            for lease, holder in zip(batch.leases, held, strict=False):
-                slots.hold(lease.claim_token, config.name, holder)
-        await slots.refund(config.name, held[used:])
+        if not isinstance(batch, ClaimBatch):
+            slots.note(config.name, carried)  # a refusal changed nothing
+            return batch
+        for lease, holder in zip(batch.leases, holders, strict=False):
+            slots.hold(lease.claim_token, config.name, holder)
         return batch
+
+
+async def claim_with_slots(
+    store: QueueStore, backend: Backend, policy: ClaimPolicy, name: str, holders: Sequence[str]
+) -> ClaimBatch | Retryable | Permanent | None:
+    """The fused claim (:class:`~docket.contract.protocols.SlotClaims`) composed of the
+    three calls every queue store has: ``acquire_slots``, ``claim_due`` for at most the
+    granted, ``release_slots(refund=True)`` for the slots no lease took (a claim that
+    raises gives every granted slot back). Not atomic as a whole, but never over the
+    limit: the slots are held before the claim. ``policy.preference`` goes with a
+    grant of one only (the worker's alternating preference is for a demand of one)."""
+    granted = await store.acquire_slots(name, holders, policy.orphan_ttl)
+    if not granted:
+        return None
+    held = list(holders[:granted])
+    try:
+        batch = await backend.runs.claim_due(
+            attrs.evolve(
+                policy,
+                limit=granted,
+                queues=frozenset({name}),
+                preference=_one(policy, granted),
+            )
+        )
+    except BaseException:
+        await asyncio.shield(_refund(store, name, held))
+        raise
+    used = len(batch.leases) if isinstance(batch, ClaimBatch) else 0
+    await _refund(store, name, held[used:])
+    return batch
+
+
+async def _refund(store: QueueStore, name: str, holders: Sequence[str]) -> None:
+    if not holders:
+        return
+    try:
+        await store.release_slots(name, holders, refund=True)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.warning("giving back %d slots of queue %s failed: %s", len(holders), name, exc)
 
 
 def _one(policy: ClaimPolicy, limit: int) -> ClaimClass | None:

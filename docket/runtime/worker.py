@@ -262,6 +262,8 @@ class Worker:
             self._wake.set()
             self._stop_signal.set_result(True)
         announced: asyncio.Task[bool] | None = None
+        slots = self._drainer.queues.slots
+        slots.start_carrying()  # an ended claim's slot may ride on this loop's next poll
         try:
             while not self._stopping:
                 self._wake.clear()
@@ -289,7 +291,10 @@ class Worker:
             await self._stop_reconciling()
             if self._pruner is not None:
                 await self._pruner.stop()
-            await self._shutdown()
+            try:
+                await self._shutdown()
+            finally:
+                await slots.stop_carrying()  # no poll follows: noted slots go now
 
     def _maybe_tick(self, now: float) -> None:
         """Start a ticker pass unless one runs or the last began under ``schedule_poll``

@@ -11,6 +11,14 @@ on one queue serial across every process, so a limit holds whoever races.
 
 Times are the database's (``clock_timestamp()``, read after the lock is granted) unless
 the call passes ``now`` or the backend runs on a test clock (:meth:`Engine.given`).
+
+**The fused claim** (``claim_with_slots``, :class:`docket.contract.protocols.SlotClaims`)
+is a limited queue's whole claim round in one transaction: the lock and the slot read;
+then, the grant decided by the ledger (with the carried releases applied first), one
+statement that writes the ledger back, calls ``claim_due`` for at most the grant and
+records a slot (and takes a token) for each lease it returns; COMMIT. Three transactions
+(``acquire_slots``, ``claim_due``, ``release_slots``) were the cost of a limited claim
+before: issue #25.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from typing import Any, Final, TypeVar
 
 import psycopg
 
-from docket.contract import NotFound
+from docket.contract import ClaimBatch, ClaimPolicy, NotFound, Permanent, Retryable
+from docket.contract.queries import require_claim_policy
 from docket.contract.queues import (
     SlotLedger,
     default_config,
@@ -37,8 +46,10 @@ from docket.records import (
     queue_config_to_json,
 )
 from docket.values import utc
-from docket_postgres._engine import Engine
+from docket_postgres._engine import INT4_MAX, Engine, Row
+from docket_postgres._runs import PostgresRuns
 from docket_postgres.arrays import ByteaArray, TimestamptzArray
+from docket_postgres.errors import StoreError
 
 R = TypeVar("R")
 Conn = psycopg.AsyncConnection[Any]
@@ -84,6 +95,35 @@ _LIST: Final = (
     "AND l.wake_at <= n.now GROUP BY l.queue"
 )
 
+# The fused claim's second statement, the whole write of the round: the ledger's
+# write-back (the carried releases and expired slots deleted; the bucket as refilled and
+# the grant refunded), claim_due for at most the grant (as _CLAIM sends it for named
+# queues), a slot for the i-th granted holder of each of the first n leases (poisoned
+# entries hold none) and n tokens off a rated bucket; the leases in claim order.
+_CLAIM_SLOTTED: Final = (
+    "WITH d AS (DELETE FROM @schema@.queue_slots WHERE queue = %s "
+    "AND holder = ANY(%s::bytea[])), "
+    "c AS MATERIALIZED (SELECT * FROM @schema@.claim_due(%s::integer, %s::interval, "
+    "%s::integer, %s, %s::timestamptz, %s, %s::text[]) WITH ORDINALITY), "
+    "k AS (SELECT count(*) AS n FROM c WHERE NOT c.o_poisoned), "
+    "s AS (INSERT INTO @schema@.queue_slots (queue, holder, expires_at) "
+    "SELECT %s, h.holder, %s::timestamptz "
+    "FROM k, unnest(%s::bytea[]) WITH ORDINALITY AS h(holder, i) WHERE h.i <= k.n "
+    "ON CONFLICT (queue, holder) DO UPDATE SET expires_at = excluded.expires_at), "
+    "t AS (UPDATE @schema@.queues q "
+    "SET tokens = %s::float8 - CASE WHEN %s::boolean THEN k.n ELSE 0 END, "
+    "refilled_at = %s::timestamptz FROM k "
+    "WHERE q.name = %s AND (%s::boolean OR (%s::boolean AND k.n > 0))) "
+    "SELECT c.o_tenant, c.o_run_id, c.o_graph_id, c.o_graph_hash, c.o_checkpoint_seq, "
+    "c.o_token, c.o_attempts, c.o_poisoned, c.o_now, CASE WHEN NOT c.o_poisoned THEN ("
+    "SELECT r.run_json FROM @schema@.runs r WHERE r.tenant = c.o_tenant "
+    "AND r.run_id = c.o_run_id AND r.checkpoint_seq = c.o_checkpoint_seq) END "
+    "FROM c ORDER BY c.ordinality"
+)
+
+#: A queue as loaded: its slots (holder -> expires_at) and its row (config, bucket).
+_Loaded = tuple[dict[str, datetime], tuple[QueueConfig, float, datetime | None]]
+
 
 def _holder(raw: Any) -> str:
     return bytes(raw).decode()
@@ -92,8 +132,9 @@ def _holder(raw: Any) -> str:
 class PostgresQueues:
     """``QueueStore`` over one backend's :class:`~docket_postgres._engine.Engine`."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, runs: PostgresRuns | None = None) -> None:
         self._engine = engine
+        self._runs = runs if runs is not None else PostgresRuns(engine)
 
     async def _apply(
         self,
@@ -109,48 +150,60 @@ class PostgresQueues:
         given = engine.given(now)
 
         async def body(conn: Conn) -> R | None:
-            if create_default and name == DEFAULT_QUEUE:
-                config = default_config()
-                await conn.execute(
-                    engine.q(_CREATE), (name, queue_config_to_json(config).decode(), 0.0, given)
-                )
-            # both sent before either answer is read: one round trip in pipeline mode
-            # (the slots are still read after the lock is granted: statements run in order)
-            lock = await conn.execute(engine.q(_LOCK), (given, name))
-            slots = await conn.execute(engine.q(_SLOTS), (name,))
-            row = await lock.fetchone()
-            if row is None:
+            loaded = await self._load(conn, name, given, create_default=create_default)
+            if loaded is None:
                 return None
-            config_text, tokens, refilled_at, at = row
-            before = {_holder(h): utc(e) for h, e in await slots.fetchall()}
-            ledger = SlotLedger(
-                config=queue_config_from_json(str(config_text)),
-                holders=dict(before),
-                tokens=float(tokens),
-                refilled_at=utc(refilled_at),
-            )
-            result = op(ledger, utc(at))
-            await self._save(conn, name, before, ledger)
+            state, ledger, at = loaded
+            result = op(ledger, at)
+            await self._save(conn, name, state, ledger)
             return result
 
         # pipelined: BEGIN, the lock and the slot read in one round trip, the writes and
         # COMMIT in another
         return await engine.transaction(body, write=True, pipeline=True)
 
-    async def _save(
-        self, conn: Conn, name: str, before: dict[str, datetime], ledger: SlotLedger
-    ) -> None:
+    async def _load(
+        self, conn: Conn, name: str, given: datetime | None, *, create_default: bool
+    ) -> tuple[_Loaded, SlotLedger, datetime] | None:
+        """The queue's slots and row as read, its ledger and the time, under its row lock."""
+        engine = self._engine
+        if create_default and name == DEFAULT_QUEUE:
+            config = default_config()
+            await conn.execute(
+                engine.q(_CREATE), (name, queue_config_to_json(config).decode(), 0.0, given)
+            )
+        # both sent before either answer is read: one round trip in pipeline mode
+        # (the slots are still read after the lock is granted: statements run in order)
+        lock = await conn.execute(engine.q(_LOCK), (given, name))
+        slots = await conn.execute(engine.q(_SLOTS), (name,))
+        row = await lock.fetchone()
+        if row is None:
+            return None
+        config_text, tokens, refilled_at, at = row
+        before = {_holder(h): utc(e) for h, e in await slots.fetchall()}
+        config = queue_config_from_json(str(config_text))
+        ledger = SlotLedger(
+            config=config, holders=dict(before), tokens=float(tokens), refilled_at=utc(refilled_at)
+        )
+        row = (config, ledger.tokens, ledger.refilled_at)
+        return (before, row), ledger, utc(at)
+
+    async def _save(self, conn: Conn, name: str, loaded: _Loaded, ledger: SlotLedger) -> None:
         engine = self._engine
         assert ledger.refilled_at is not None
-        await conn.execute(
-            engine.q(_SAVE),
-            (
-                queue_config_to_json(ledger.config).decode(),
-                ledger.tokens,
-                ledger.refilled_at,
-                name,
-            ),
-        )
+        before, row = loaded
+        # the row unchanged since loaded (a queue without a rate, but for set_queue) is
+        # not written: a row version and a WAL record saved per operation
+        if row != (ledger.config, ledger.tokens, ledger.refilled_at):
+            await conn.execute(
+                engine.q(_SAVE),
+                (
+                    queue_config_to_json(ledger.config).decode(),
+                    ledger.tokens,
+                    ledger.refilled_at,
+                    name,
+                ),
+            )
         gone = [h.encode() for h in before if h not in ledger.holders]
         if gone:
             await conn.execute(engine.q(_DROP_SLOTS), (name, ByteaArray(gone)))
@@ -275,6 +328,83 @@ class PostgresQueues:
             lambda ledger, at: ledger.release(wanted, refund, at),
             create_default=False,
         )
+
+    # -- the fused claim (SlotClaims) -------------------------------------------------------
+
+    async def claim_with_slots(
+        self,
+        policy: ClaimPolicy,
+        name: str,
+        holders: Sequence[str],
+        release: Sequence[str] = (),
+    ) -> ClaimBatch | Retryable | Permanent | None:
+        require_claim_policy(policy)
+        require_slot_request(name, holders, policy.orphan_ttl)
+        require_slot_request(name, release, policy.orphan_ttl)
+        if not holders:
+            raise ValueError("holders: ask for at least one slot")
+        if set(holders) & set(release):
+            raise ValueError("holders: a holder is both released and requested")
+        wanted, freed = list(holders), list(release)
+        engine = self._engine
+        given = engine.given(policy.now)
+        ttl = policy.orphan_ttl
+        preference = None if policy.preference is None else str(policy.preference.value)
+
+        async def body(conn: Conn) -> list[Row] | None:
+            loaded = await self._load(conn, name, given, create_default=True)
+            if loaded is None:
+                return None
+            state, ledger, at = loaded
+            ledger.release(freed, False, at)  # the carried releases first: their claims ended
+            fresh = [h for h in wanted if h not in ledger.holders]
+            granted = fresh[: ledger.acquire(fresh, ttl, at)]
+            # as if refunded: the claim statement holds (and charges) the leased ones only
+            ledger.release(granted, True, at)
+            if not granted:
+                await self._save(conn, name, state, ledger)
+                return None
+            before, row = state
+            assert ledger.refilled_at is not None
+            # an expired holder asked for again is overwritten by the insert, not deleted
+            gone = [h.encode() for h in before if h not in ledger.holders and h not in granted]
+            rated = ledger.config.rate is not None
+            changed = row != (ledger.config, ledger.tokens, ledger.refilled_at)
+            cur = await conn.execute(
+                engine.q(_CLAIM_SLOTTED),
+                (
+                    name,
+                    ByteaArray(gone),
+                    min(len(granted), INT4_MAX),
+                    ttl,
+                    min(policy.max_claim_attempts, INT4_MAX),
+                    preference,
+                    given,
+                    engine.fair,
+                    [name],
+                    name,
+                    at + ttl,
+                    ByteaArray([h.encode() for h in granted]),
+                    ledger.tokens,
+                    rated,
+                    ledger.refilled_at,
+                    name,
+                    changed,
+                    rated,
+                ),
+            )
+
+            return await cur.fetchall()
+
+        try:
+            # not in pipeline mode: psycopg's pipeline costs more here (milliseconds, in
+            # event-loop turns) than the three round trips it would save
+            rows = await engine.transaction(body, write=True)
+        except StoreError as exc:
+            return exc.outcome
+        if rows is None:
+            return None
+        return self._runs.claimed_batch(rows, policy.orphan_ttl)
 
 
 __all__ = ["PostgresQueues"]

@@ -258,6 +258,11 @@ class PostgresRuns:
         rows = await engine.outcome(engine.q(statement), args)
         if not isinstance(rows, list):
             return rows
+        return self.claimed_batch(rows, policy.orphan_ttl)
+
+    def claimed_batch(self, rows: list[Row], orphan_ttl: timedelta) -> ClaimBatch:
+        """The batch of ``claim_due``'s rows (the ``_CLAIM`` columns), each claimed run's
+        document kept for its drain; the queue store's fused claim reads the same rows."""
         leases: list[Lease] = []
         poisoned: list[PoisonedClaim] = []
         claimed_runs = self._claimed_runs
@@ -285,7 +290,7 @@ class PostgresRuns:
                         claim_token=str(token),
                         claimed_at=moment,
                         claim_attempt=int(attempts),
-                        orphan_ttl=policy.orphan_ttl,
+                        orphan_ttl=orphan_ttl,
                     )
                 )
                 if doc is not None:

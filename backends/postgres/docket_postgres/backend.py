@@ -147,7 +147,7 @@ class PostgresBackend:
         self._transitions = PostgresTransitions(self._engine, commit_lanes)
         self._schedules = PostgresSchedules(self._engine)
         self._feed = PostgresFeed(self._engine)
-        self._queues = PostgresQueues(self._engine)
+        self._queues = PostgresQueues(self._engine, self._runs)
         self._admissions = PostgresAdmissions(self._engine)
 
     @classmethod
