@@ -252,6 +252,8 @@ FACADE_EXEMPT: dict[str, str] = {
     "configure_queue": "queues are namespace-wide: an operator's setting",
     "pause_queue": "queues are namespace-wide: an operator's setting",
     "resume_queue": "queues are namespace-wide: an operator's setting",
+    "admissions": "an operator's view of one queue's admission ledger, every tenant's starts "
+    "(as the console's Queues page shows them); a tenant reads its own run with inspect_run",
 }
 
 # -- the store table ------------------------------------------------------------------------------
