@@ -75,6 +75,8 @@ log = stamp_logger(logging.getLogger("docket.worker"))
 #: The run metadata entry naming the queue whose admission ledger counts the run: whoever
 #: commits the run's end knows from it to release the count.
 ADMISSION_METADATA: Final = "docket.admission"
+#: A reconcile pass reads ``list_queues`` (which also counts depth) once in this many.
+LEDGER_SCAN_EVERY: Final = 12
 #: The version of :func:`encode_start`'s JSON (``"v"``); another version does not decode.
 START_VERSION: Final = 1
 
@@ -173,6 +175,8 @@ class Admissions:
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._store: AdmissionStore | None = None
         self._known = False
+        self._ledgers: set[str] = set()  # queues a pass found limited or with a ledger
+        self._passes = 0
 
     @property
     def store(self) -> AdmissionStore | None:
@@ -282,6 +286,23 @@ class Admissions:
 
     # -- crash repair ---------------------------------------------------------------------
 
+    async def _ledger_queues(self, queues: QueueStore) -> list[str]:
+        """The queues a pass repairs: those limited now, and those it found with a ledger
+        before (a limit removed while starts were counted). The configs alone are the
+        cheap read (``list_queues`` counts depth too); every ``LEDGER_SCAN_EVERY``-th pass
+        reads it anyway, to find a ledger left in a queue whose limit was removed before
+        this worker saw it."""
+        self._passes += 1
+        if self._passes % LEDGER_SCAN_EVERY == 1:
+            for status in await queues.list_queues():
+                if status.config.admission_limited or status.admitted or status.held:
+                    self._ledgers.add(status.config.name)
+        else:
+            for config in await queues.queue_configs():
+                if config.admission_limited:
+                    self._ledgers.add(config.name)
+        return sorted(self._ledgers)
+
     async def reconcile(
         self, now: datetime, *, settle: timedelta, grace: timedelta
     ) -> AdmissionReport:
@@ -296,11 +317,11 @@ class Admissions:
         if store is None:
             return report
         queues: QueueStore = getattr(self._backend, "queues")  # noqa: B009  # ADMISSION needs it
-        for status in await queues.list_queues():
-            if not (status.config.admission_limited or status.admitted or status.held):
-                continue
-            name = status.config.name
+        for name in await self._ledger_queues(queues):
             view = await store.admissions(name)
+            if not view.admitted and not view.held:
+                self._ledgers.discard(name)
+                continue
             done: list[str] = []
             for entry in view.admitted:
                 owner = owner_scope(entry.tenant)
