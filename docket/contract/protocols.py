@@ -532,7 +532,8 @@ class AdmissionStore(Protocol):
         """Admit or hold one start (see :class:`~docket.contract.admission.AdmissionBook`):
         ``ADMITTED`` when the caller may initialise it now, ``HELD`` when the store keeps
         it. A run id the queue's ledger already has answers its state, changing nothing.
-        ``NotFound(what=queue)`` for an unknown queue, storing nothing. Raises
+        ``NotFound(what=queue)`` for an unknown queue, storing nothing; ``"default"`` is
+        always known (a start there is admitted and counted, as in any queue). Raises
         ``ValueError`` for malformed arguments (``require_admit_request``)."""
 
     async def finish_admitted(
@@ -540,7 +541,8 @@ class AdmissionStore(Protocol):
     ) -> Sequence[HeldStart]:
         """Forget those of ``run_ids`` admitted in the queue (their runs finished; unknown
         ones are ignored), then promote held starts while the limits allow. Answers the
-        promoted starts, in promotion order: the caller initialises them."""
+        promoted starts, in promotion order: the caller initialises them. An unknown
+        queue answers ``[]``, as :meth:`promote_held` does."""
 
     async def promote_held(self, name: str, now: datetime | None = None) -> Sequence[HeldStart]:
         """Promote held starts while the limits allow (after a limit was raised, or to
