@@ -17,17 +17,23 @@ claim and start bugs override the reference's seams (``_in_queues``, ``_select``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import ClassVar
 
 import attrs
 
-from docket.contract import NotFound, TransitionResult
+from docket.contract import NotFound, Permanent, Retryable, TransitionResult
 from docket.contract.capabilities import Limits
 from docket.contract.memory import _Row
 from docket.contract.memory_queues import MemoryAdmissions, MemoryQueues
-from docket.contract.proposals import ClaimClass, ClaimPolicy, InitProposal, Schedule
+from docket.contract.proposals import (
+    ClaimBatch,
+    ClaimClass,
+    ClaimPolicy,
+    InitProposal,
+    Schedule,
+)
 from docket.contract.queries import select_claims
 from docket.contract.queues import (
     SlotLedger,
@@ -199,6 +205,31 @@ class _StaleConfigs(_Queues):
         return [attrs.evolve(c, paused=False) for c in await super().queue_configs()]
 
 
+class _OverClaimingFused(_Queues):
+    """Offers the optional fused claim (``SlotClaims``), composed of the three calls."""
+
+    claim: Callable[[ClaimPolicy], Awaitable[ClaimBatch | Retryable | Permanent]]
+
+    async def claim_with_slots(
+        self,
+        policy: ClaimPolicy,
+        name: str,
+        holders: Sequence[str],
+        release: Sequence[str] = (),
+    ) -> ClaimBatch | Retryable | Permanent | None:
+        if release:
+            await self.release_slots(name, release)
+        granted = await self.acquire_slots(name, holders, policy.orphan_ttl, policy.now)
+        if not granted:
+            return None
+        # the bug: claims as many runs as slots were asked for, not as were granted
+        batch = await self.claim(attrs.evolve(policy, limit=len(holders), queues=frozenset({name})))
+        used = len(batch.leases) if isinstance(batch, ClaimBatch) else 0
+        if used < granted:
+            await self.release_slots(name, holders[used:granted], refund=True)
+        return batch
+
+
 class _WithQueues(_Reference):
     """The reference backend with another queue store (``store``) and ledger class."""
 
@@ -308,6 +339,19 @@ class ConfigsUnpaused(_WithQueues):
     bug = "queue_configs reports a paused queue as running (differs from list_queues)"
     catches = ("QUEUE-CONFIG",)
     store = _StaleConfigs
+
+
+class FusedClaimOverGrant(_WithQueues):
+    bug = "the fused claim (claim_with_slots) claims as many runs as asked, over the grant"
+    catches = ("QUEUE-FUSED",)
+    store = _OverClaimingFused
+
+    def __init__(
+        self, clock: Callable[[], datetime] | None = None, limits: Limits | None = None
+    ) -> None:
+        super().__init__(clock=clock, limits=limits)
+        assert isinstance(self.queues, _OverClaimingFused)
+        self.queues.claim = self.claim_due
 
 
 class DepthCountsClaimed(_WithQueues):
@@ -443,6 +487,7 @@ queue_lost_on_commit = _factory(QueueLostOnCommit)
 bad_queue_stored_as_default = _factory(BadQueueStoredAsDefault)
 queue_not_stored = _factory(QueueNotStored)
 configs_unpaused = _factory(ConfigsUnpaused)
+fused_claim_over_grant = _factory(FusedClaimOverGrant)
 
 #: These mutants by factory name (all of them must be caught).
 QUEUE_MUTANTS: dict[str, type[_Reference]] = {
@@ -469,6 +514,7 @@ QUEUE_MUTANTS: dict[str, type[_Reference]] = {
     "bad_queue_stored_as_default": BadQueueStoredAsDefault,
     "queue_not_stored": QueueNotStored,
     "configs_unpaused": ConfigsUnpaused,
+    "fused_claim_over_grant": FusedClaimOverGrant,
 }
 
 __all__ = ["QUEUE_MUTANTS", *QUEUE_MUTANTS]
