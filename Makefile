@@ -35,7 +35,7 @@ services:
 	./scripts/ensure-browser
 
 unit: $(STAMP) services
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q
 
 kit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --pyargs docket_contract_tests --docket-backend memory://
