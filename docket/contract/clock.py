@@ -15,6 +15,12 @@ Within one process the readings never go backwards by less than ``_STEP``: a re-
 lands a little behind the carried-forward estimate (round-trip noise) is held at the last
 reading instead. A larger step back is the server's clock really being set back, and is
 followed, as a direct read would.
+
+A re-read that fails with a retryable store error (a connection the server dropped, a
+restart) is not the caller's problem while the last reading is younger than ``hold``
+seconds: the anchor is carried forward a little longer, and the next call reads again.
+A worker that has executed a node must not throw the work away because the clock could
+not be re-read; its commit meets the outage, and retries, on its own.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
+from docket.contract.errors import StoreError
 from docket.values import utc
 
 #: A re-read this far behind the last reading is taken as the server's clock being set back.
@@ -39,10 +46,14 @@ class SampledClock:
         read: Callable[[], Awaitable[datetime]],
         *,
         resync: float = 1.0,
+        hold: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not resync >= 0:
             raise ValueError(f"resync must be a number of seconds >= 0, got {resync!r}")
+        if not hold >= 0:
+            raise ValueError(f"hold must be a number of seconds >= 0, got {hold!r}")
+        self._hold = float(hold)
         self._read = read
         self._resync = float(resync)
         self._monotonic = monotonic
@@ -52,9 +63,14 @@ class SampledClock:
     async def now(self) -> datetime:
         anchor, local = self._anchor, self._monotonic()
         if anchor is None or local - anchor[1] >= self._resync:
-            server = utc(await self._read())
-            local = self._monotonic()
-            anchor = self._anchor = (server, local)
+            try:
+                server = utc(await self._read())
+            except StoreError as exc:
+                if anchor is None or not exc.retryable or local - anchor[1] >= self._hold:
+                    raise
+            else:
+                local = self._monotonic()
+                anchor = self._anchor = (server, local)
         reading = anchor[0] + timedelta(seconds=local - anchor[1])
         last = self._last
         if last is not None and last - _STEP < reading < last:

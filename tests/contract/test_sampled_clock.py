@@ -84,3 +84,38 @@ def test_resync_zero_reads_every_time_and_bad_resync_is_refused() -> None:
         SampledClock(server.read, resync=-1)
     with pytest.raises(ValueError):
         SampledClock(server.read, resync=float("nan"))
+
+
+def test_a_failed_resync_carries_the_last_reading_forward_within_hold() -> None:
+    """A worker re-reading the clock after executing a node meets a dropped connection:
+    the reading goes on from the last anchor (so the work is not thrown away), and the next
+    call reads the server again. Past ``hold``, or for a permanent error, it raises."""
+    from docket.contract.errors import PermanentStoreError, RetryableStoreError
+
+    local = [100.0]
+    server = Server(local)
+    failure: list[Exception] = []
+
+    async def read() -> datetime:
+        if failure:
+            raise failure.pop()
+        return await server.read()
+
+    clock = SampledClock(read, resync=1.0, hold=10.0, monotonic=lambda: local[0])
+    assert asyncio.run(clock.now()) == T0
+    local[0] += 3.0
+    failure.append(RetryableStoreError("connection dropped"))
+    assert asyncio.run(clock.now()) == T0 + timedelta(seconds=3)
+    assert not failure  # it did try to re-read
+    server.time = T0 + timedelta(seconds=5)
+    assert asyncio.run(clock.now()) == T0 + timedelta(seconds=5)  # read again, next call
+    local[0] += 3.0
+    failure.append(PermanentStoreError("schema gone"))
+    with pytest.raises(PermanentStoreError):
+        asyncio.run(clock.now())
+    local[0] += 20.0
+    failure.append(RetryableStoreError("still down"))
+    with pytest.raises(RetryableStoreError):
+        asyncio.run(clock.now())
+    with pytest.raises(ValueError, match="hold"):
+        SampledClock(read, hold=-1)

@@ -96,6 +96,7 @@ class Engine:
         self._pool_min = pool_min_size
         self._pool_max = pool_max_size
         self._pool_timeout = pool_timeout
+        self._checking: asyncio.Task[None] | None = None
         self._prepare = prepare
         # what sets up each pooled session: the backend's seam, else configure_session
         self._configure = configure or self.configure_session
@@ -224,6 +225,11 @@ class Engine:
         if listener is not None:
             await listener.stop()
         await flush()
+        checking, self._checking = self._checking, None
+        if checking is not None and not checking.done():
+            checking.cancel()
+        if checking is not None:
+            await asyncio.wait([checking])
         if pool is not None:
             await pool.close()
 
@@ -249,18 +255,39 @@ class Engine:
     ) -> list[Row]:
         """Run one statement on a pooled connection; raise a classified :class:`StoreError`."""
         pool = await self._ensure_open()
-        sent = False
-        try:
-            async with pool.connection() as conn:
-                sent = True
-                cur = await conn.execute(query, params, binary=True)
-                # (``cur.description`` would build a Column per field just to ask this)
-                result = cur.pgresult
-                if result is None or result.status != pq.ExecStatus.TUPLES_OK:
-                    return []
-                return await cur.fetchall()
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise store_error(exc, sent=sent, write=write) from exc
+        for again in (False, True):
+            conn: psycopg.AsyncConnection[Any] | None = None
+            try:
+                async with pool.connection() as conn:
+                    cur = await conn.execute(query, params, binary=True)
+                    # (``cur.description`` would build a Column per field just to ask this)
+                    result = cur.pgresult
+                    if result is None or result.status != pq.ExecStatus.TUPLES_OK:
+                        return []
+                    return await cur.fetchall()
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                stale = conn is not None and conn.broken
+                if stale:
+                    checking = self._check_idle(pool)
+                    # A read that met a connection the server dropped while it sat idle
+                    # (a restart) goes once more, once the others were tested: that is no
+                    # outage to its caller.
+                    if not write and not again:
+                        await asyncio.wait([checking])
+                        continue
+                raise store_error(exc, sent=conn is not None, write=write) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check_idle(self, pool: Pool) -> asyncio.Task[None]:
+        """After a restart every idle pooled connection is dead, and each would fail the
+        next statement sent on it: have the pool test (and replace) them all, once."""
+        checking = self._checking
+        if checking is None or checking.done():
+            checking = self._checking = asyncio.get_running_loop().create_task(pool.check())
+            # a check that failed (the server still down) has nothing to add to the
+            # statement's own error: retrieve it, so it is not reported as unhandled
+            checking.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return checking
 
     async def transaction(
         self,
@@ -275,17 +302,18 @@ class Engine:
         ``pipeline``: in psycopg's pipeline mode, so ``BEGIN``, the statements ``body``
         sends before it reads a result, and ``COMMIT`` share round trips."""
         pool = await self._ensure_open()
-        sent = False
+        conn: psycopg.AsyncConnection[Any] | None = None
         try:
             async with pool.connection() as conn:
-                sent = True
                 if pipeline:
                     async with conn.pipeline(), conn.transaction():
                         return await body(conn)
                 async with conn.transaction():
                     return await body(conn)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise store_error(exc, sent=sent, write=write) from exc
+            if conn is not None and conn.broken:
+                self._check_idle(pool)
+            raise store_error(exc, sent=conn is not None, write=write) from exc
 
     async def outcome(
         self, query: bytes, params: Sequence[object]
