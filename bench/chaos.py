@@ -569,6 +569,13 @@ def check_side_log(
     lost: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for _, run, _outcome, name, began, ended in read_lines(directory, "lost"):
         lost[(run, name)].append((float(began) - DRAIN_SLACK, float(ended) + DRAIN_SLACK))
+    # dropped <run> <outcome> <worker> <began> <ended> <reason...>: a drain that dropped
+    # its work for a defect (a crash, an invariant): the re-execution stays a violation,
+    # but says what ended the drain
+    dropped: dict[tuple[str, str], list[tuple[float, float, str]]] = defaultdict(list)
+    for _, run, outcome, name, began, ended, *reason in read_lines(directory, "dropped"):
+        window = (float(began) - DRAIN_SLACK, float(ended) + DRAIN_SLACK)
+        dropped[(run, name)].append((*window, f"{outcome}: {' '.join(reason)}"))
     slack = args.claim_ttl + RESTART_SLACK
 
     def cause(run: str, at: float, worker: str) -> str | None:
@@ -602,9 +609,11 @@ def check_side_log(
         bare = [(at, worker) for at, worker, why in causes if why is None]
         for at, worker in bare[: max(len(bare) - allowed, 0)]:
             unexplained += 1
+            ends = [said for b, e, said in dropped[(run, worker)] if b <= at <= e]
             verdict.problem(
                 f"{task} attempt {attempt}: executed by {worker} at {at:.3f} and again, "
                 "with no kill or restart to explain it (nor a child's hand-off)"
+                + (f"; that drain ended {ends[0]}" if ends else "")
             )
     print(
         f"chaos: task attempts executed more than once: {reexecuted} (of them after a "

@@ -12,7 +12,10 @@ the environment the harness sets for each process:
   (``signal …`` for a commit without a claim: a child's hand-off to its parent), and
   every drain that ends with its claim taken from it (``claim_lost``, ``discarded``,
   ``fence_lost``) appends ``lost <run> <outcome> <worker> <began> <ended>`` (unix times
-  of the drain) to ``lost-<worker>.log``;
+  of the drain) to ``lost-<worker>.log``, and every drain that dropped its work for
+  another reason (``crashed``, ``invariant``, ``abandoned``: each a defect the campaign
+  reports) appends ``dropped <run> <outcome> <worker> <began> <ended> <reason>`` to
+  ``dropped-<worker>.log``, so the violation it causes can say why;
 * ``DOCKET_CHAOS_WORKER`` — this process's name in those logs (``w0``, ``w1``, …);
 * ``DOCKET_CHAOS_TTL`` / ``DOCKET_CHAOS_POLL`` — claim TTL and poll interval;
 * ``DOCKET_CHAOS_SABOTAGE`` — comma-separated faults for the harness's own negative
@@ -521,14 +524,24 @@ def record_signal(event: TelemetryEvent) -> None:
 LOST_CLAIM = frozenset({"claim_lost", "discarded", "fence_lost"})
 
 
+#: how a drain ends when it dropped its work for a reason that is a defect (a store error
+#: the runtime did not ride out, a bug): logged so the re-execution it causes says why
+DROPPED_WORK = frozenset({"crashed", "invariant", "abandoned"})
+
+
 def record_drain(event: TelemetryEvent) -> None:
     outcome = event.metadata.get("outcome")
-    if event.phase == "stop" and outcome in LOST_CLAIM:
-        worker = os.environ.get("DOCKET_CHAOS_WORKER", "local")
-        run_id = event.metadata.get("run_id")
-        ended = time.time()
-        began = ended - float(event.measurements.get("duration", 0.0))
+    if event.phase != "stop" or (outcome not in LOST_CLAIM and outcome not in DROPPED_WORK):
+        return
+    worker = os.environ.get("DOCKET_CHAOS_WORKER", "local")
+    run_id = event.metadata.get("run_id")
+    ended = time.time()
+    began = ended - float(event.measurements.get("duration", 0.0))
+    if outcome in LOST_CLAIM:
         _append("lost", f"lost {run_id} {outcome} {worker} {began:.6f} {ended:.6f}")
+    else:
+        reason = " ".join(str(event.metadata.get("reason", "")).split())[:300] or "-"
+        _append("dropped", f"dropped {run_id} {outcome} {worker} {began:.6f} {ended:.6f} {reason}")
 
 
 def create() -> Docket:
