@@ -34,8 +34,11 @@ services:
 	./scripts/ensure-services
 	./scripts/ensure-browser
 
+# Two pytest-xdist workers for most of the suite; the campaigns that kill processes and
+# measure concurrency across them (tests/chaos, tests/proof) run after, on their own.
 unit: $(STAMP) services
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --ignore=tests/chaos --ignore=tests/proof
+	$(BIN)/python -m pytest -q tests/chaos tests/proof
 
 kit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --pyargs docket_contract_tests --docket-backend memory://
