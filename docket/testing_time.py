@@ -382,6 +382,10 @@ class TimeSkippingEnv:
                 )
                 worker.start()
                 self._workers.append(worker)
+            # Each worker polls once as it starts, whenever its task first runs: on a busy
+            # machine that can be after the test's first start_run, and a run claimed
+            # behind the test's back would look orphaned to drive() and be run twice.
+            await self._settle()
         except BaseException:
             await self._close()
             raise

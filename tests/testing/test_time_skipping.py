@@ -299,6 +299,25 @@ def test_drive_stops_after_exactly_the_commits_asked_for(backend: str) -> None:
     run(scenario)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_workers_have_polled_once_before_the_test_gets_the_env(backend: str) -> None:
+    """A worker's first poll comes when its task first runs. Were that after the test's
+    first start_run, the worker would claim the run behind drive()'s back; drive() would
+    take the claim for an orphan, skip to its expiry and run the node twice."""
+
+    async def scenario() -> None:
+        async with TimeSkippingEnv(nodes=NODES, backend=backend, context={"app": {}}) as env:
+            traffic = env._traffic  # the environment's own view of its workers
+            assert traffic.polls == 0 and traffic.quiet == traffic.generation
+            ref = await env.docket.save_graph(chain(2))
+            first = await env.docket.start_run(ref, {})
+            await asyncio.sleep(0)  # a worker that had not started would poll here
+            info = await env.docket.inspect_run(first.id)
+            assert info.claimed_at is None and env.commits(first.id) == 1
+
+    run(scenario)
+
+
 def test_drive_skips_time_to_the_next_retry() -> None:
     async def scenario() -> None:
         app: dict[str, Any] = {"fail": 1}
