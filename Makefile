@@ -37,8 +37,8 @@ services:
 # Two pytest-xdist workers for most of the suite; the campaigns that kill processes and
 # measure concurrency across them (tests/chaos, tests/proof) run after, on their own.
 unit: $(STAMP) services
-	$(BIN)/python -m pytest -q -n 2 --ignore=tests/chaos --ignore=tests/proof
-	$(BIN)/python -m pytest -q tests/chaos tests/proof
+	$(BIN)/python -m pytest -q -n 2 --durations=15 --ignore=tests/chaos --ignore=tests/proof
+	$(BIN)/python -m pytest -q --durations=5 tests/chaos tests/proof
 
 kit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --pyargs docket_contract_tests --docket-backend memory://
