@@ -87,6 +87,12 @@ def parse_statuses(
             parsed = RunStatus(item) if isinstance(item, str) else None
         except ValueError:
             parsed = None
+        if parsed is RunStatus.QUEUED:
+            raise InvalidOptions(
+                "queued runs are held by their queue's admission limit and are not in the "
+                "run store yet: list them with Docket.admissions(queue) "
+                "(CLI: docket queues held QUEUE)"
+            )
         if parsed is None or parsed not in DURABLE_STATUSES:
             names = ", ".join(sorted(s.value for s in DURABLE_STATUSES))
             raise InvalidOptions(f"unknown run status {item!r} (one of {names})")

@@ -240,3 +240,12 @@ def test_the_blocking_twin_configures_limits_and_lists_the_ledger() -> None:
         view = docket.admissions("onb")
         assert [s.run_id for s in view.admitted] == [first.id]
         assert [s.run_id for s in view.held] == [held.id]
+
+
+def test_listing_queued_runs_points_to_the_admission_ledger() -> None:
+    async def body() -> None:
+        async with Docket("memory://") as docket:
+            with pytest.raises(errors.InvalidOptions, match=r"admissions\(queue\)"):
+                await docket.list_runs(status=["running", "queued"])
+
+    asyncio.run(body())

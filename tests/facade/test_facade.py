@@ -326,6 +326,7 @@ def test_listing_runs_and_events_pages_and_validates() -> None:
                 lambda: docket.list_runs(limit=1001),
                 lambda: docket.list_runs(status="created"),
                 lambda: docket.list_runs(status="sleeping"),
+                lambda: docket.list_runs(status="queued"),  # not stored: see admissions()
                 lambda: docket.list_runs(status=[]),
                 lambda: docket.list_runs(graph_id=""),
                 lambda: docket.list_events("r0", after_seq=-1),
