@@ -8,6 +8,13 @@ queue's ``docket_queues`` row and its ``docket_queue_slots``, applies the ledger
 operation and writes back what changed, so it cannot interleave with another process's
 operation on the same file (the write lock is taken before the read). "default" exists
 without a row: reads answer its default config, and the first write inserts the row.
+
+**The fused claim** (``claim_with_slots``, the optional
+:class:`docket.contract.protocols.SlotClaims`) is a limited queue's whole claim round in
+one such write: the carried releases, the grant, ``claim_due``'s own work for at most the
+grant (:func:`docket_sqlite._runs.claim_in`) and a slot for each lease. The runtime would
+otherwise compose it of three writes (``acquire_slots``, ``claim_due``, ``release_slots``),
+each taking the file's write lock and syncing.
 """
 
 from __future__ import annotations
@@ -16,7 +23,11 @@ import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+import attrs
+
+from docket.contract import ClaimBatch, ClaimPolicy, Permanent, Retryable
 from docket.contract.errors import NotFound
+from docket.contract.queries import require_claim_policy
 from docket.contract.queues import (
     SlotLedger,
     default_config,
@@ -33,6 +44,7 @@ from docket.records import (
 )
 from docket.values import from_micros, to_micros
 from docket_sqlite._engine import Engine
+from docket_sqlite._runs import claim_in
 from docket_sqlite._threads import Done
 from docket_sqlite.errors import PermanentStoreError
 
@@ -252,6 +264,51 @@ class SQLiteQueueStore:
             return Done(None)
 
         return await engine.write(job)
+
+    # -- the fused claim (SlotClaims) -------------------------------------------------------
+
+    async def claim_with_slots(
+        self,
+        policy: ClaimPolicy,
+        name: str,
+        holders: Sequence[str],
+        release: Sequence[str] = (),
+    ) -> ClaimBatch | Retryable | Permanent | None:
+        require_claim_policy(policy)
+        require_slot_request(name, holders, policy.orphan_ttl)
+        require_slot_request(name, release, policy.orphan_ttl)
+        if not holders:
+            raise ValueError("holders: ask for at least one slot")
+        if set(holders) & set(release):
+            raise ValueError("holders: a holder is both released and requested")
+        engine = self._engine
+        wanted, freed, ttl = list(holders), list(release), policy.orphan_ttl
+
+        def job(conn: sqlite3.Connection) -> Done[ClaimBatch | None]:
+            now_us = engine.now_us(policy.now)
+            at = from_micros(now_us)
+            ledger, before = _load(conn, name, at)
+            if ledger is None:
+                return Done(None, commit=False)
+            ledger.release(freed, False, at)  # the carried releases first: their claims ended
+            fresh = [h for h in wanted if h not in ledger.holders]
+            granted = fresh[: ledger.acquire(fresh, ttl, at)]
+            if not granted:
+                _save(conn, ledger, before, at)
+                return Done(None)
+            # as if refunded, then held again for the leased ones only: a slot and a rate
+            # token per lease, by the same ledger rules
+            ledger.release(granted, True, at)
+            batch = claim_in(
+                conn, attrs.evolve(policy, limit=len(granted), queues=frozenset({name})), now_us
+            )
+            leased = granted[: len(batch.leases)]
+            if leased and ledger.acquire(leased, ttl, at) != len(leased):
+                raise AssertionError("a refunded slot could not be held again")
+            _save(conn, ledger, before, at)
+            return Done(batch)
+
+        return await engine.outcome(job)
 
 
 __all__ = ["DEPTH_SQL", "LIST_SQL", "SQLiteQueueStore", "stored_config"]

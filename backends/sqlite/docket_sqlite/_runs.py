@@ -151,54 +151,8 @@ class SQLiteRunStore:
         engine = self._engine
 
         def job(conn: sqlite3.Connection) -> Done[ClaimBatch]:
-            now_us = engine.now_us(policy.now)
-            now = from_micros(now_us)
-            cutoff = max(now_us - policy.orphan_ttl // timedelta(microseconds=1), _INT64_MIN)
-            found = Found()
-            limit, queues = policy.limit, policy.queues
-            ready = candidates(conn, READY, now_us, limit, queues, found)
-            expired = candidates(conn, EXPIRED, cutoff, limit, queues, found)
-            chosen = select_claims(
-                ready, expired, limit, policy.preference, priority=found.priority_of
-            )
-            attempts = found.attempts
-            leases: list[Lease] = []
-            poisoned: list[PoisonedClaim] = []
-            for _, run_id, tenant in chosen:
-                key = tenant or ""
-                if attempts[(key, run_id)] < policy.max_claim_attempts:
-                    token = secrets.token_urlsafe(18)
-                    graph_id, graph_hash, checkpoint_seq, attempt = conn.execute(
-                        "UPDATE docket_runs SET claim_token = ?, claimed_at_us = ?, "
-                        "wake_at_us = NULL, claim_attempts = claim_attempts + 1 "
-                        "WHERE tenant = ? AND run_id = ? "
-                        "RETURNING graph_id, graph_hash, checkpoint_seq, claim_attempts",
-                        (token, now_us, key, run_id),
-                    ).fetchall()[0]
-                    leases.append(
-                        Lease(
-                            run_id=run_id,
-                            owner=owner_scope(tenant),
-                            graph_id=str(graph_id),
-                            graph_hash=str(graph_hash),
-                            checkpoint_seq=int(checkpoint_seq),
-                            claim_token=token,
-                            claimed_at=now,
-                            claim_attempt=int(attempt),
-                            orphan_ttl=policy.orphan_ttl,
-                        )
-                    )
-                else:
-                    _poison(conn, key, run_id, now_us, POISON_MAX_ATTEMPTS)
-                    poisoned.append(
-                        PoisonedClaim(
-                            run_id=run_id,
-                            owner=owner_scope(tenant),
-                            poisoned_at=now,
-                            poison_reason=POISON_MAX_ATTEMPTS,
-                        )
-                    )
-            return Done(ClaimBatch(tuple(leases), tuple(poisoned)), commit=bool(chosen))
+            batch = claim_in(conn, policy, engine.now_us(policy.now))
+            return Done(batch, commit=bool(batch.leases or batch.poisoned))
 
         return await engine.outcome(job)
 
@@ -377,4 +331,54 @@ def _poison(conn: sqlite3.Connection, key: str, run_id: str, now_us: int, reason
     )
 
 
-__all__ = ["SQLiteRunStore", "list_runs_sql"]
+def claim_in(conn: sqlite3.Connection, policy: ClaimPolicy, now_us: int) -> ClaimBatch:
+    """``claim_due``'s work inside a write transaction the caller holds (the fused claim
+    of a limited queue runs it between its slot reads and writes)."""
+    now = from_micros(now_us)
+    cutoff = max(now_us - policy.orphan_ttl // timedelta(microseconds=1), _INT64_MIN)
+    found = Found()
+    limit, queues = policy.limit, policy.queues
+    ready = candidates(conn, READY, now_us, limit, queues, found)
+    expired = candidates(conn, EXPIRED, cutoff, limit, queues, found)
+    chosen = select_claims(ready, expired, limit, policy.preference, priority=found.priority_of)
+    attempts = found.attempts
+    leases: list[Lease] = []
+    poisoned: list[PoisonedClaim] = []
+    for _, run_id, tenant in chosen:
+        key = tenant or ""
+        if attempts[(key, run_id)] < policy.max_claim_attempts:
+            token = secrets.token_urlsafe(18)
+            graph_id, graph_hash, checkpoint_seq, attempt = conn.execute(
+                "UPDATE docket_runs SET claim_token = ?, claimed_at_us = ?, "
+                "wake_at_us = NULL, claim_attempts = claim_attempts + 1 "
+                "WHERE tenant = ? AND run_id = ? "
+                "RETURNING graph_id, graph_hash, checkpoint_seq, claim_attempts",
+                (token, now_us, key, run_id),
+            ).fetchall()[0]
+            leases.append(
+                Lease(
+                    run_id=run_id,
+                    owner=owner_scope(tenant),
+                    graph_id=str(graph_id),
+                    graph_hash=str(graph_hash),
+                    checkpoint_seq=int(checkpoint_seq),
+                    claim_token=token,
+                    claimed_at=now,
+                    claim_attempt=int(attempt),
+                    orphan_ttl=policy.orphan_ttl,
+                )
+            )
+        else:
+            _poison(conn, key, run_id, now_us, POISON_MAX_ATTEMPTS)
+            poisoned.append(
+                PoisonedClaim(
+                    run_id=run_id,
+                    owner=owner_scope(tenant),
+                    poisoned_at=now,
+                    poison_reason=POISON_MAX_ATTEMPTS,
+                )
+            )
+    return ClaimBatch(tuple(leases), tuple(poisoned))
+
+
+__all__ = ["SQLiteRunStore", "claim_in", "list_runs_sql"]
