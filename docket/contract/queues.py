@@ -22,6 +22,8 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from docket.contract.proposals import ClaimPolicy
+from docket.contract.queries import require_claim_policy
 from docket.records import (
     DEFAULT_QUEUE,
     QueueConfig,
@@ -62,6 +64,21 @@ def require_slot_request(name: object, holders: Sequence[str], ttl: object) -> N
         raise ValueError("holders: an id is longer than 255 bytes")
     if not isinstance(ttl, timedelta) or ttl < timedelta(0):
         raise ValueError(f"ttl: expected a non-negative timedelta, got {ttl!r}")
+
+
+def require_fused_request(
+    policy: ClaimPolicy, name: object, holders: Sequence[str], release: Sequence[str]
+) -> None:
+    """A malformed ``claim_with_slots`` call (``SlotClaims``) raises here: the policy, the
+    name and both holder lists as their own calls check them, at least one holder, and no
+    holder both released and requested."""
+    require_claim_policy(policy)
+    require_slot_request(name, holders, policy.orphan_ttl)
+    require_slot_request(name, release, policy.orphan_ttl)
+    if not holders:
+        raise ValueError("holders: ask for at least one slot")
+    if set(holders) & set(release):
+        raise ValueError("holders: a holder is both released and requested")
 
 
 def refill(rate: RateLimit, tokens: float, refilled_at: datetime, now: datetime) -> float:
@@ -161,6 +178,7 @@ __all__ = [
     "default_config",
     "grant",
     "refill",
+    "require_fused_request",
     "require_queue_config",
     "require_queue_name",
     "require_slot_request",

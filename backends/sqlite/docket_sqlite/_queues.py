@@ -27,10 +27,10 @@ import attrs
 
 from docket.contract import ClaimBatch, ClaimPolicy, Permanent, Retryable
 from docket.contract.errors import NotFound
-from docket.contract.queries import require_claim_policy
 from docket.contract.queues import (
     SlotLedger,
     default_config,
+    require_fused_request,
     require_queue_config,
     require_queue_name,
     require_slot_request,
@@ -274,13 +274,7 @@ class SQLiteQueueStore:
         holders: Sequence[str],
         release: Sequence[str] = (),
     ) -> ClaimBatch | Retryable | Permanent | None:
-        require_claim_policy(policy)
-        require_slot_request(name, holders, policy.orphan_ttl)
-        require_slot_request(name, release, policy.orphan_ttl)
-        if not holders:
-            raise ValueError("holders: ask for at least one slot")
-        if set(holders) & set(release):
-            raise ValueError("holders: a holder is both released and requested")
+        require_fused_request(policy, name, holders, release)
         engine = self._engine
         wanted, freed, ttl = list(holders), list(release), policy.orphan_ttl
 
