@@ -13,12 +13,13 @@ Times are the database's (``clock_timestamp()``, read after the lock is granted)
 the call passes ``now`` or the backend runs on a test clock (:meth:`Engine.given`).
 
 **The fused claim** (``claim_with_slots``, :class:`docket.contract.protocols.SlotClaims`)
-is a limited queue's whole claim round in one transaction: the lock and the slot read;
-then, the grant decided by the ledger (with the carried releases applied first), one
-statement that writes the ledger back, calls ``claim_due`` for at most the grant and
-records a slot (and takes a token) for each lease it returns; COMMIT. Three transactions
-(``acquire_slots``, ``claim_due``, ``release_slots``) were the cost of a limited claim
-before: issue #25.
+is a limited queue's whole claim round in one statement: schema version 11's
+``claim_with_slots`` function takes the row lock, applies the carried releases, decides
+the grant, calls ``claim_due`` for at most it and records a slot (and takes a token) for
+each lease — the same ledger rules written in SQL, held to ``SlotLedger``'s answers by the
+contract kit (QUEUE-FUSED) and ``test_postgres_queue_claims.py``. Three transactions
+(``acquire_slots``, ``claim_due``, ``release_slots``), then one of five round trips, were
+its cost before: issue #25.
 """
 
 from __future__ import annotations
@@ -46,10 +47,9 @@ from docket.records import (
     queue_config_to_json,
 )
 from docket.values import utc
-from docket_postgres._engine import INT4_MAX, Engine, Row
-from docket_postgres._runs import PostgresRuns
+from docket_postgres._engine import INT4_MAX, Engine
+from docket_postgres._runs import CLAIMED_ROWS, PostgresRuns
 from docket_postgres.arrays import ByteaArray, TimestamptzArray
-from docket_postgres.errors import StoreError
 
 R = TypeVar("R")
 Conn = psycopg.AsyncConnection[Any]
@@ -95,30 +95,11 @@ _LIST: Final = (
     "AND l.wake_at <= n.now GROUP BY l.queue"
 )
 
-# The fused claim's second statement, the whole write of the round: the ledger's
-# write-back (the carried releases and expired slots deleted; the bucket as refilled and
-# the grant refunded), claim_due for at most the grant (as _CLAIM sends it for named
-# queues), a slot for the i-th granted holder of each of the first n leases (poisoned
-# entries hold none) and n tokens off a rated bucket; the leases in claim order.
-_CLAIM_SLOTTED: Final = (
-    "WITH d AS (DELETE FROM @schema@.queue_slots WHERE queue = %s "
-    "AND holder = ANY(%s::bytea[])), "
-    "c AS MATERIALIZED (SELECT * FROM @schema@.claim_due(%s::integer, %s::interval, "
-    "%s::integer, %s, %s::timestamptz, %s, %s::text[]) WITH ORDINALITY), "
-    "k AS (SELECT count(*) AS n FROM c WHERE NOT c.o_poisoned), "
-    "s AS (INSERT INTO @schema@.queue_slots (queue, holder, expires_at) "
-    "SELECT %s, h.holder, %s::timestamptz "
-    "FROM k, unnest(%s::bytea[]) WITH ORDINALITY AS h(holder, i) WHERE h.i <= k.n "
-    "ON CONFLICT (queue, holder) DO UPDATE SET expires_at = excluded.expires_at), "
-    "t AS (UPDATE @schema@.queues q "
-    "SET tokens = %s::float8 - CASE WHEN %s::boolean THEN k.n ELSE 0 END, "
-    "refilled_at = %s::timestamptz FROM k "
-    "WHERE q.name = %s AND (%s::boolean OR (%s::boolean AND k.n > 0))) "
-    "SELECT c.o_tenant, c.o_run_id, c.o_graph_id, c.o_graph_hash, c.o_checkpoint_seq, "
-    "c.o_token, c.o_attempts, c.o_poisoned, c.o_now, CASE WHEN NOT c.o_poisoned THEN ("
-    "SELECT r.run_json FROM @schema@.runs r WHERE r.tenant = c.o_tenant "
-    "AND r.run_id = c.o_run_id AND r.checkpoint_seq = c.o_checkpoint_seq) END "
-    "FROM c ORDER BY c.ordinality"
+# The fused claim: the schema's ``claim_with_slots`` (version 11) does the whole round in
+# one statement; the claimed runs' documents ride along, as on a plain claim.
+_FUSED_CLAIM: Final = (
+    CLAIMED_ROWS + "@schema@.claim_with_slots(%s, %s::bytea[], %s::bytea[], %s::interval, "
+    "%s::integer, %s, %s::timestamptz, %s, %s) WITH ORDINALITY c ORDER BY c.ordinality"
 )
 
 #: A queue as loaded: its slots (holder -> expires_at) and its row (config, bucket).
@@ -158,9 +139,7 @@ class PostgresQueues:
             await self._save(conn, name, state, ledger)
             return result
 
-        # pipelined: BEGIN, the lock and the slot read in one round trip, the writes and
-        # COMMIT in another
-        return await engine.transaction(body, write=True, pipeline=True)
+        return await engine.transaction(body, write=True)
 
     async def _load(
         self, conn: Conn, name: str, given: datetime | None, *, create_default: bool
@@ -172,13 +151,11 @@ class PostgresQueues:
             await conn.execute(
                 engine.q(_CREATE), (name, queue_config_to_json(config).decode(), 0.0, given)
             )
-        # both sent before either answer is read: one round trip in pipeline mode
-        # (the slots are still read after the lock is granted: statements run in order)
-        lock = await conn.execute(engine.q(_LOCK), (given, name))
-        slots = await conn.execute(engine.q(_SLOTS), (name,))
-        row = await lock.fetchone()
+        row = await (await conn.execute(engine.q(_LOCK), (given, name))).fetchone()
         if row is None:
             return None
+        # read after the lock is granted: no slot another holder committed is missed
+        slots = await conn.execute(engine.q(_SLOTS), (name,))
         config_text, tokens, refilled_at, at = row
         before = {_holder(h): utc(e) for h, e in await slots.fetchall()}
         config = queue_config_from_json(str(config_text))
@@ -339,66 +316,29 @@ class PostgresQueues:
         release: Sequence[str] = (),
     ) -> ClaimBatch | Retryable | Permanent | None:
         require_fused_request(policy, name, holders, release)
-        wanted, freed = list(holders), list(release)
         engine = self._engine
-        given = engine.given(policy.now)
-        ttl = policy.orphan_ttl
         preference = None if policy.preference is None else str(policy.preference.value)
-
-        async def body(conn: Conn) -> list[Row] | None:
-            loaded = await self._load(conn, name, given, create_default=True)
-            if loaded is None:
-                return None
-            state, ledger, at = loaded
-            ledger.release(freed, False, at)  # the carried releases first: their claims ended
-            fresh = [h for h in wanted if h not in ledger.holders]
-            granted = fresh[: ledger.acquire(fresh, ttl, at)]
-            # as if refunded: the claim statement holds (and charges) the leased ones only
-            ledger.release(granted, True, at)
-            if not granted:
-                await self._save(conn, name, state, ledger)
-                return None
-            before, row = state
-            assert ledger.refilled_at is not None
-            # an expired holder asked for again is overwritten by the insert, not deleted
-            gone = [h.encode() for h in before if h not in ledger.holders and h not in granted]
-            rated = ledger.config.rate is not None
-            changed = row != (ledger.config, ledger.tokens, ledger.refilled_at)
-            cur = await conn.execute(
-                engine.q(_CLAIM_SLOTTED),
-                (
-                    name,
-                    ByteaArray(gone),
-                    min(len(granted), INT4_MAX),
-                    ttl,
-                    min(policy.max_claim_attempts, INT4_MAX),
-                    preference,
-                    given,
-                    engine.fair,
-                    [name],
-                    name,
-                    at + ttl,
-                    ByteaArray([h.encode() for h in granted]),
-                    ledger.tokens,
-                    rated,
-                    ledger.refilled_at,
-                    name,
-                    changed,
-                    rated,
-                ),
-            )
-
-            return await cur.fetchall()
-
-        try:
-            # not in pipeline mode: psycopg's pipeline costs more here (milliseconds, in
-            # event-loop turns) than the three round trips it would save
-            rows = await engine.transaction(body, write=True)
-        except StoreError as exc:
-            return exc.outcome
-        if rows is None:
-            return None
-        return self._runs.claimed_batch(rows, policy.orphan_ttl)
+        default = queue_config_to_json(default_config()).decode() if name == DEFAULT_QUEUE else None
+        rows = await engine.outcome(
+            engine.q(_FUSED_CLAIM),
+            (
+                name,
+                ByteaArray([h.encode() for h in holders]),
+                ByteaArray([h.encode() for h in release]),
+                policy.orphan_ttl,
+                min(policy.max_claim_attempts, INT4_MAX),
+                preference,
+                engine.given(policy.now),
+                engine.fair,
+                default,
+            ),
+        )
+        if not isinstance(rows, list):
+            return rows
+        if not rows:
+            return None  # nothing granted (or no such queue)
+        # a grant that claimed nothing answers one row of NULLs: an empty batch
+        return self._runs.claimed_batch([r for r in rows if r[1] is not None], policy.orphan_ttl)
 
 
 __all__ = ["PostgresQueues"]

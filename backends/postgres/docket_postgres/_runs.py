@@ -90,12 +90,17 @@ _SUMMARY = (
 # out (NULL), and the drain reads the run as usual. A subquery per claimed run rather than
 # a join: it is always a key probe, where a join was planned as a scan of the whole table
 # while ``runs`` had no statistics yet.
-_CLAIM = (
+#: The columns of a claim's rows, as ``claimed_batch`` reads them, from a function named
+#: next (``claim_due``, or the queue store's ``claim_with_slots``) as ``c``.
+CLAIMED_ROWS = (
     "SELECT c.o_tenant, c.o_run_id, c.o_graph_id, c.o_graph_hash, c.o_checkpoint_seq, "
     "c.o_token, c.o_attempts, c.o_poisoned, c.o_now, CASE WHEN NOT c.o_poisoned THEN ("
     "SELECT r.run_json FROM @schema@.runs r WHERE r.tenant = c.o_tenant "
-    "AND r.run_id = c.o_run_id AND r.checkpoint_seq = c.o_checkpoint_seq) END "
-    "FROM @schema@.claim_due(%s::integer, %s::interval, %s::integer, %s, %s::timestamptz, %s) "
+    "AND r.run_id = c.o_run_id AND r.checkpoint_seq = c.o_checkpoint_seq) END FROM "
+)
+_CLAIM = (
+    CLAIMED_ROWS
+    + "@schema@.claim_due(%s::integer, %s::interval, %s::integer, %s, %s::timestamptz, %s) "
     "WITH ORDINALITY c ORDER BY c.ordinality"
 )
 # A claim for named queues (schema 9) passes them; one for every queue sends the call

@@ -47,7 +47,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from docket_postgres._schema import V1, V2, V3, V4, V5, V6, V7, V8, V9, V10
+from docket_postgres._schema import V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11
 from docket_postgres.errors import (
     PermanentStoreError,
     SchemaTooNew,
@@ -57,7 +57,7 @@ from docket_postgres.errors import (
 )
 from docket_postgres.url import check_schema_name
 
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 NOTIFY_CHANNEL: Final = "docket_wake"
 
 #: One step of the schema's history: applying ``statements`` to version ``version - 1``
@@ -76,6 +76,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     (8, V8),
     (9, V9),
     (10, V10),
+    (11, V11),
 )
 
 #: Tables and functions a schema at :data:`SCHEMA_VERSION` must have (the shape check).
@@ -109,6 +110,7 @@ REQUIRED_FUNCTIONS: Final = (
     "admission_admit",
     "admission_finish",
     "admission_drop",
+    "claim_with_slots",
 )
 
 assert [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))

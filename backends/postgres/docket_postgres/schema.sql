@@ -3044,3 +3044,112 @@ END
 $fn$;
 
 INSERT INTO "docket".meta (key, value) VALUES ('schema_version', '10') ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- docket-postgres schema version 11
+
+CREATE FUNCTION "docket".claim_with_slots(
+    p_queue text, p_holders bytea[], p_release bytea[], p_ttl interval,
+    p_max_attempts integer, p_preference text, p_now timestamptz, p_fair boolean,
+    p_default text)
+RETURNS TABLE (
+    o_tenant text, o_run_id text, o_graph_id text, o_graph_hash text,
+    o_checkpoint_seq bigint, o_token text, o_attempts integer, o_poisoned boolean,
+    o_now timestamptz)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_config jsonb;
+    v_tokens float8;
+    v_refilled timestamptz;
+    v_now timestamptz;
+    v_count float8;
+    v_elapsed float8;
+    v_bucket float8;
+    v_limit bigint;
+    v_live bigint;
+    v_fresh bytea[];
+    v_grant bigint;
+    v_taken bigint;
+    v_rows bigint;
+BEGIN
+    IF p_default IS NOT NULL THEN
+        INSERT INTO "docket".queues (name, config, tokens, refilled_at)
+        VALUES (p_queue, p_default, 0, coalesce(p_now, clock_timestamp()))
+        ON CONFLICT DO NOTHING;
+    END IF;
+    SELECT q.config::jsonb, q.tokens, q.refilled_at INTO v_config, v_tokens, v_refilled
+    FROM "docket".queues q WHERE q.name = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    DELETE FROM "docket".queue_slots s
+    WHERE s.queue = p_queue AND (s.expires_at < v_now OR s.holder = ANY(p_release));
+    SELECT count(*) INTO v_live FROM "docket".queue_slots s WHERE s.queue = p_queue;
+    SELECT coalesce(array_agg(h.holder ORDER BY h.i), '{}') INTO v_fresh
+    FROM unnest(p_holders) WITH ORDINALITY AS h(holder, i)
+    WHERE NOT EXISTS (SELECT 1 FROM "docket".queue_slots s
+                      WHERE s.queue = p_queue AND s.holder = h.holder);
+    v_count := (v_config -> 'rate' ->> 'count')::float8;
+    v_bucket := v_tokens;
+    IF v_count IS NOT NULL THEN
+        v_elapsed := extract(epoch FROM (v_now - v_refilled))::float8;
+        IF v_elapsed <= 0 THEN
+            v_bucket := least(v_count, v_tokens);
+        ELSE
+            v_bucket := least(v_count, v_tokens + v_elapsed * (
+                v_count / ((v_config -> 'rate' ->> 'period_ms')::float8 / 1000.0)));
+        END IF;
+    END IF;
+    v_grant := cardinality(v_fresh);
+    IF coalesce((v_config ->> 'paused')::boolean, false) THEN
+        v_grant := 0;
+    END IF;
+    v_limit := (v_config ->> 'execution_limit')::bigint;
+    IF v_limit IS NOT NULL THEN
+        v_grant := least(v_grant, v_limit - v_live);
+    END IF;
+    IF v_count IS NOT NULL THEN
+        v_grant := least(v_grant, floor(v_bucket + 1e-9)::bigint);
+    END IF;
+    IF v_grant <= 0 THEN
+        IF v_count IS NOT NULL AND (v_bucket, greatest(v_refilled, v_now))
+                IS DISTINCT FROM (v_tokens, v_refilled) THEN
+            UPDATE "docket".queues SET tokens = v_bucket,
+                refilled_at = greatest(v_refilled, v_now)
+            WHERE name = p_queue;
+        END IF;
+        RETURN;
+    END IF;
+    v_rows := 0;
+    v_taken := 0;
+    FOR o_tenant, o_run_id, o_graph_id, o_graph_hash, o_checkpoint_seq, o_token,
+        o_attempts, o_poisoned, o_now IN
+        SELECT * FROM "docket".claim_due(v_grant::integer, p_ttl, p_max_attempts,
+                                         p_preference, p_now, p_fair, ARRAY[p_queue])
+    LOOP
+        v_rows := v_rows + 1;
+        IF NOT o_poisoned THEN
+            v_taken := v_taken + 1;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    IF v_rows = 0 THEN
+        o_now := v_now;
+        RETURN NEXT;
+    END IF;
+    IF v_taken > 0 THEN
+        INSERT INTO "docket".queue_slots (queue, holder, expires_at)
+        SELECT p_queue, h.holder, v_now + p_ttl
+        FROM unnest(v_fresh) WITH ORDINALITY AS h(holder, i) WHERE h.i <= v_taken
+        ON CONFLICT (queue, holder) DO UPDATE SET expires_at = excluded.expires_at;
+    END IF;
+    IF v_count IS NOT NULL THEN
+        UPDATE "docket".queues SET tokens = v_bucket - v_taken,
+            refilled_at = greatest(v_refilled, v_now)
+        WHERE name = p_queue;
+    END IF;
+    RETURN;
+END
+$fn$;
+
+INSERT INTO "docket".meta (key, value) VALUES ('schema_version', '11') ON CONFLICT (key) DO UPDATE SET value = excluded.value;

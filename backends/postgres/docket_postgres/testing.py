@@ -331,6 +331,44 @@ async def connect(url: str) -> psycopg.AsyncConnection[Any]:
     return conn
 
 
+async def schema_catalog(url: str, schema: str) -> list[tuple[Any, ...]]:
+    """What PostgreSQL knows about a schema's objects (relations, constraints, indexes,
+    functions, triggers, columns), with the schema name blanked out: two stores hold the
+    same objects when their catalogs compare equal (the upgrade tests)."""
+    conn = await connect(url)
+    try:
+        found: list[tuple[Any, ...]] = []
+        for query in (
+            "SELECT c.relname, c.relkind, c.relnatts FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(s)s",
+            "SELECT t.relname, k.conname, replace(pg_get_constraintdef(k.oid), %(s)s, '@') "
+            "FROM pg_constraint k JOIN pg_class t ON t.oid = k.conrelid "
+            "JOIN pg_namespace n ON n.oid = t.relnamespace WHERE n.nspname = %(s)s",
+            "SELECT indexname, replace(indexdef, %(s)s, '@') FROM pg_indexes "
+            "WHERE schemaname = %(s)s",
+            "SELECT p.proname, md5(replace(p.prosrc, n.nspname, '@')), p.proconfig, p.prorows "
+            "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %(s)s",
+            "SELECT t.tgname, replace(pg_get_triggerdef(t.oid), %(s)s, '@') FROM pg_trigger t "
+            "JOIN pg_class c ON c.oid = t.tgrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %(s)s AND NOT t.tgisinternal",
+            # column order and defaults: the added seq column must match a fresh store's
+            "SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), "
+            "a.attnotnull, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+            "WHERE n.nspname = %(s)s AND c.relkind = 'r' AND a.attnum > 0 "
+            "AND NOT a.attisdropped",
+        ):
+            cur = await conn.execute(query, {"s": schema})
+            found.extend(sorted(await cur.fetchall(), key=repr))
+        return found
+    finally:
+        await conn.close()
+
+
 async def open_backend(url: str, schema: str, **options: Any) -> PostgresBackend:
     """A :class:`~docket_postgres.PostgresBackend` on ``schema``, opened."""
     from docket_postgres.backend import PostgresBackend
@@ -366,4 +404,5 @@ __all__ = [
     "find_bin_dir",
     "free_port",
     "open_backend",
+    "schema_catalog",
 ]

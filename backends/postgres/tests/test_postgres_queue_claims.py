@@ -70,6 +70,7 @@ async def _script(backend: Backend, clock: ManualClock, fused: bool) -> list[Ans
         (3, 3, [1, 2]),  # no token left: nothing granted, the releases still happen
         (40, 3, []),  # 40 s on: tokens for the one run left
         (41, 3, []),  # none left to claim: granted, unused, refunded
+        (400, 3, []),  # every slot and claim expired: the orphans are claimed again
     ]
     for index, (seconds, want, release) in enumerate(steps):
         at = T0 + timedelta(seconds=seconds)
@@ -108,7 +109,7 @@ def test_the_fused_claim_answers_as_the_three_calls_on_the_reference(
             assert not isinstance(memory.queues, SlotClaims)  # memory composes the calls
             assert await _script(pg, clock, fused=True) == expected
             claimed = [None if ids is None else len(ids) for _, ids, _ in expected]
-            assert claimed == [2, 1, 1, None, 1, 0]  # what the script is about
+            assert claimed == [2, 1, 1, None, 1, 0, 3]  # what the script is about
         finally:
             await pg.close()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 import attrs
 import pytest
@@ -27,6 +26,7 @@ from docket_postgres import schema as schema_module
 from docket_postgres.schema import apply_migrations, migration_sql
 from docket_postgres.testing import connect as admin
 from docket_postgres.testing import open_backend as opened
+from docket_postgres.testing import schema_catalog as _catalog
 
 from docket.contract import ClaimBatch, ClaimPolicy, Feature, ReleaseClaim, Terminal
 from docket.records import (
@@ -42,48 +42,12 @@ from docket.records import (
 
 Names = Callable[[str], str]
 PREVIOUS = 9
-# what version 10 adds to the shape check
+# what versions 10 and later add to the shape check
 LATER_TABLES = ("queue_admissions",)
-LATER_FUNCTIONS = ("admission_admit", "admission_finish", "admission_drop")
+LATER_FUNCTIONS = ("admission_admit", "admission_finish", "admission_drop", "claim_with_slots")
 POLICY = ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=5)
 ONBOARDING = QueueConfig(name="onb", execution_limit=4, admission_limit=2, tenant_admission_limit=1)
 TTL = timedelta(hours=1)
-
-
-async def _catalog(url: str, schema: str) -> list[tuple[Any, ...]]:
-    """What PostgreSQL knows about a schema's objects, with the schema name blanked out."""
-    conn = await admin(url)
-    try:
-        found: list[tuple[Any, ...]] = []
-        for query in (
-            "SELECT c.relname, c.relkind, c.relnatts FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(s)s",
-            "SELECT t.relname, k.conname, replace(pg_get_constraintdef(k.oid), %(s)s, '@') "
-            "FROM pg_constraint k JOIN pg_class t ON t.oid = k.conrelid "
-            "JOIN pg_namespace n ON n.oid = t.relnamespace WHERE n.nspname = %(s)s",
-            "SELECT indexname, replace(indexdef, %(s)s, '@') FROM pg_indexes "
-            "WHERE schemaname = %(s)s",
-            "SELECT p.proname, md5(replace(p.prosrc, n.nspname, '@')), p.proconfig, p.prorows "
-            "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = %(s)s",
-            "SELECT t.tgname, replace(pg_get_triggerdef(t.oid), %(s)s, '@') FROM pg_trigger t "
-            "JOIN pg_class c ON c.oid = t.tgrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %(s)s AND NOT t.tgisinternal",
-            # column order and defaults: the added seq column must match a fresh store's
-            "SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), "
-            "a.attnotnull, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a "
-            "JOIN pg_class c ON c.oid = a.attrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
-            "WHERE n.nspname = %(s)s AND c.relkind = 'r' AND a.attnum > 0 "
-            "AND NOT a.attisdropped",
-        ):
-            cur = await conn.execute(query, {"s": schema})
-            found.extend(sorted(await cur.fetchall(), key=repr))
-        return found
-    finally:
-        await conn.close()
 
 
 async def _previous_store(url: str, schema: str) -> None:

@@ -111,6 +111,7 @@ async def _seed_at_previous(url: str, schema: str, monkeypatch: pytest.MonkeyPat
                     "admission_admit",
                     "admission_finish",
                     "admission_drop",
+                    "claim_with_slots",
                 )
             ),
         )

@@ -48,6 +48,7 @@ LATER_FUNCTIONS = (
     "admission_admit",
     "admission_finish",
     "admission_drop",
+    "claim_with_slots",
 )
 POLICY = ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=5)
 

@@ -103,6 +103,7 @@ async def _seed_at_previous(
                     "admission_admit",
                     "admission_finish",
                     "admission_drop",
+                    "claim_with_slots",
                 )
             ),
         )

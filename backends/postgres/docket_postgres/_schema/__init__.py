@@ -25,7 +25,8 @@ from docket_postgres._schema.v7 import V7
 from docket_postgres._schema.v8 import V8
 from docket_postgres._schema.v9 import V9
 from docket_postgres._schema.v10 import V10
+from docket_postgres._schema.v11 import V11
 
 V1: Final[tuple[str, ...]] = (*TABLES, *WRITES, *CLAIMS)
 
-__all__ = ["V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8", "V9", "V10"]
+__all__ = ["V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8", "V9", "V10", "V11"]
