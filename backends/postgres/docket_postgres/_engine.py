@@ -262,9 +262,17 @@ class Engine:
                     cur = await conn.execute(query, params, binary=True)
                     # (``cur.description`` would build a Column per field just to ask this)
                     result = cur.pgresult
-                    if result is None or result.status != pq.ExecStatus.TUPLES_OK:
-                        return []
-                    return await cur.fetchall()
+                    if result is not None and result.status == pq.ExecStatus.TUPLES_OK:
+                        return await cur.fetchall()
+                    if result is not None and result.status == pq.ExecStatus.COMMAND_OK:
+                        return []  # a statement that answers no rows
+                    # anything else is not this statement's answer: never read it as
+                    # "no rows" (a missing run, a lost claim); the connection's state is
+                    # unknown, so it is closed (the pool replaces it), and the error is
+                    # classified as any lost connection's
+                    await conn.close()
+                    status = "none" if result is None else pq.ExecStatus(result.status).name
+                    raise psycopg.OperationalError(f"unexpected result status {status}")
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 stale = conn is not None and conn.broken
                 if stale:
@@ -294,22 +302,19 @@ class Engine:
         body: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
         *,
         write: bool,
-        pipeline: bool = False,
     ) -> T:
         """Run ``body`` in one transaction on a pooled connection (several statements that
         must be atomic together: the queue ledger's operations); raise a classified
         :class:`StoreError` for a database failure (the transaction is rolled back).
-        ``pipeline``: in psycopg's pipeline mode, so ``BEGIN``, the statements ``body``
-        sends before it reads a result, and ``COMMIT`` share round trips."""
+
+        Never in psycopg's pipeline mode: a pipelined transaction cancelled mid-flight
+        went back to the pool still in pipeline mode, and every later statement on that
+        connection read an earlier one's result (a run read as missing)."""
         pool = await self._ensure_open()
         conn: psycopg.AsyncConnection[Any] | None = None
         try:
-            async with pool.connection() as conn:
-                if pipeline:
-                    async with conn.pipeline(), conn.transaction():
-                        return await body(conn)
-                async with conn.transaction():
-                    return await body(conn)
+            async with pool.connection() as conn, conn.transaction():
+                return await body(conn)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             if conn is not None and conn.broken:
                 self._check_idle(pool)
