@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from docket_contract_tests.fixtures import (
@@ -25,6 +24,7 @@ from docket_postgres import schema as schema_module
 from docket_postgres.schema import apply_migrations, migration_sql
 from docket_postgres.testing import connect as admin
 from docket_postgres.testing import open_backend as opened
+from docket_postgres.testing import schema_catalog as _catalog
 
 from docket.contract import ClaimBatch, ClaimPolicy, Feature, ReleaseClaim, Terminal
 from docket.records import (
@@ -51,34 +51,6 @@ LATER_FUNCTIONS = (
     "claim_with_slots",
 )
 POLICY = ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=5)
-
-
-async def _catalog(url: str, schema: str) -> list[tuple[Any, ...]]:
-    """What PostgreSQL knows about a schema's objects, with the schema name blanked out."""
-    conn = await admin(url)
-    try:
-        found: list[tuple[Any, ...]] = []
-        for query in (
-            "SELECT c.relname, c.relkind, c.relnatts FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(s)s",
-            "SELECT t.relname, k.conname, replace(pg_get_constraintdef(k.oid), %(s)s, '@') "
-            "FROM pg_constraint k JOIN pg_class t ON t.oid = k.conrelid "
-            "JOIN pg_namespace n ON n.oid = t.relnamespace WHERE n.nspname = %(s)s",
-            "SELECT indexname, replace(indexdef, %(s)s, '@') FROM pg_indexes "
-            "WHERE schemaname = %(s)s",
-            "SELECT p.proname, md5(replace(p.prosrc, n.nspname, '@')), p.proconfig, p.prorows "
-            "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = %(s)s",
-            "SELECT t.tgname, replace(pg_get_triggerdef(t.oid), %(s)s, '@') FROM pg_trigger t "
-            "JOIN pg_class c ON c.oid = t.tgrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %(s)s AND NOT t.tgisinternal",
-        ):
-            cur = await conn.execute(query, {"s": schema})
-            found.extend(sorted(await cur.fetchall(), key=repr))
-        return found
-    finally:
-        await conn.close()
 
 
 async def _previous_store(url: str, schema: str) -> None:
