@@ -2,24 +2,22 @@
 
 Schema version 9 keeps one row per queue in ``queues`` (the config as
 :func:`~docket.records.queue_config_to_json` encodes it, and the rate bucket: ``tokens``
-at ``refilled_at``) and one row per held slot in ``queue_slots``. The rules are not
-here: every operation is one transaction that locks the queue's row (``SELECT ... FOR
-UPDATE``; the ``default`` row is created on demand), reads its slots, applies
-:class:`docket.contract.queues.SlotLedger`'s operation in Python — the very code the
-memory reference runs — and writes back what changed. The row lock makes the operations
-on one queue serial across every process, so a limit holds whoever races.
+at ``refilled_at``) and one row per held slot in ``queue_slots``. Every operation takes
+the queue row's lock (``SELECT ... FOR UPDATE``; the ``default`` row is created on
+demand), so the operations on one queue are serial across every process and a limit
+holds whoever races.
+
+The slot ledger's operations (``acquire_slots``, ``renew_slots``, ``release_slots``) and
+the fused claim (``claim_with_slots``, :class:`docket.contract.protocols.SlotClaims`: a
+limited queue's whole claim round, ``claim_due`` included) are schema version 11's
+functions, one statement each: the rules of :class:`docket.contract.queues.SlotLedger`
+written in SQL, held to its answers by the contract kit (QUEUE-* cases) and
+``test_postgres_queue_claims.py``. Until version 10 each was a transaction of about five
+round trips with the row lock held across them (issue #25). ``set_queue`` still applies
+``SlotLedger.reconfigure`` in Python, in one transaction under the same lock.
 
 Times are the database's (``clock_timestamp()``, read after the lock is granted) unless
 the call passes ``now`` or the backend runs on a test clock (:meth:`Engine.given`).
-
-**The fused claim** (``claim_with_slots``, :class:`docket.contract.protocols.SlotClaims`)
-is a limited queue's whole claim round in one statement: schema version 11's
-``claim_with_slots`` function takes the row lock, applies the carried releases, decides
-the grant, calls ``claim_due`` for at most it and records a slot (and takes a token) for
-each lease — the same ledger rules written in SQL, held to ``SlotLedger``'s answers by the
-contract kit (QUEUE-FUSED) and ``test_postgres_queue_claims.py``. Three transactions
-(``acquire_slots``, ``claim_due``, ``release_slots``), then one of five round trips, were
-its cost before: issue #25.
 """
 
 from __future__ import annotations
@@ -102,12 +100,28 @@ _FUSED_CLAIM: Final = (
     "%s::integer, %s, %s::timestamptz, %s, %s) WITH ORDINALITY c ORDER BY c.ordinality"
 )
 
+# The ledger's operations (schema 11): one function each, one round trip.
+_ACQUIRE: Final = (
+    "SELECT @schema@.queue_acquire(%s, %s::bytea[], %s::interval, %s::timestamptz, %s)"
+)
+_RENEW: Final = "SELECT @schema@.queue_renew(%s, %s::bytea[], %s::interval, %s::timestamptz)"
+_RELEASE: Final = "SELECT @schema@.queue_release(%s, %s::bytea[], %s::boolean, %s::timestamptz)"
+
 #: A queue as loaded: its slots (holder -> expires_at) and its row (config, bucket).
 _Loaded = tuple[dict[str, datetime], tuple[QueueConfig, float, datetime | None]]
 
 
 def _holder(raw: Any) -> str:
     return bytes(raw).decode()
+
+
+def _holders(holders: Sequence[str]) -> ByteaArray:
+    return ByteaArray([h.encode() for h in holders])
+
+
+def _default_config_text(name: str) -> str | None:
+    """The config a missing ``default`` queue is created with; ``None`` for another."""
+    return queue_config_to_json(default_config()).decode() if name == DEFAULT_QUEUE else None
 
 
 class PostgresQueues:
@@ -122,16 +136,14 @@ class PostgresQueues:
         name: str,
         now: datetime | None,
         op: Callable[[SlotLedger, datetime], R],
-        *,
-        create_default: bool,
     ) -> R | None:
         """``op`` on the queue's ledger under its row lock, written back; ``None`` when
-        the queue does not exist."""
+        the queue does not exist (``set_queue``'s reconfiguration)."""
         engine = self._engine
         given = engine.given(now)
 
         async def body(conn: Conn) -> R | None:
-            loaded = await self._load(conn, name, given, create_default=create_default)
+            loaded = await self._load(conn, name, given)
             if loaded is None:
                 return None
             state, ledger, at = loaded
@@ -142,15 +154,10 @@ class PostgresQueues:
         return await engine.transaction(body, write=True)
 
     async def _load(
-        self, conn: Conn, name: str, given: datetime | None, *, create_default: bool
+        self, conn: Conn, name: str, given: datetime | None
     ) -> tuple[_Loaded, SlotLedger, datetime] | None:
         """The queue's slots and row as read, its ledger and the time, under its row lock."""
         engine = self._engine
-        if create_default and name == DEFAULT_QUEUE:
-            config = default_config()
-            await conn.execute(
-                engine.q(_CREATE), (name, queue_config_to_json(config).decode(), 0.0, given)
-            )
         row = await (await conn.execute(engine.q(_LOCK), (given, name))).fetchone()
         if row is None:
             return None
@@ -215,7 +222,6 @@ class PostgresQueues:
                 config.name,
                 None,
                 lambda ledger, now: ledger.reconfigure(config, now),
-                create_default=False,
             )
         return config
 
@@ -270,14 +276,11 @@ class PostgresQueues:
         require_slot_request(name, holders, ttl)
         if not holders:
             raise ValueError("holders: acquire at least one slot")
-        wanted = list(holders)
-        got = await self._apply(
-            name,
-            now,
-            lambda ledger, at: ledger.acquire(wanted, ttl, at),
-            create_default=True,
+        default = _default_config_text(name)
+        engine = self._engine
+        return await self._count(
+            _ACQUIRE, (name, _holders(holders), ttl, engine.given(now), default)
         )
-        return got or 0
 
     async def renew_slots(
         self, name: str, holders: Sequence[str], ttl: timedelta, now: datetime | None = None
@@ -285,26 +288,21 @@ class PostgresQueues:
         require_slot_request(name, holders, ttl)
         if not holders:
             return 0
-        wanted = list(holders)
-        got = await self._apply(
-            name,
-            now,
-            lambda ledger, at: ledger.renew(wanted, ttl, at),
-            create_default=False,
-        )
-        return got or 0
+        engine = self._engine
+        return await self._count(_RENEW, (name, _holders(holders), ttl, engine.given(now)))
 
     async def release_slots(self, name: str, holders: Sequence[str], refund: bool = False) -> None:
         require_slot_request(name, holders, timedelta(0))
         if not holders:
             return
-        wanted = list(holders)
-        await self._apply(
-            name,
-            None,
-            lambda ledger, at: ledger.release(wanted, refund, at),
-            create_default=False,
-        )
+        engine = self._engine
+        await self._count(_RELEASE, (name, _holders(holders), refund, engine.given(None)))
+
+    async def _count(self, statement: str, params: tuple[object, ...]) -> int:
+        """One ledger function's answer: a count, 0 for no such queue."""
+        engine = self._engine
+        rows = await engine.fetch(engine.q(statement), params, write=True)
+        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
     # -- the fused claim (SlotClaims) -------------------------------------------------------
 
@@ -318,13 +316,13 @@ class PostgresQueues:
         require_fused_request(policy, name, holders, release)
         engine = self._engine
         preference = None if policy.preference is None else str(policy.preference.value)
-        default = queue_config_to_json(default_config()).decode() if name == DEFAULT_QUEUE else None
+        default = _default_config_text(name)
         rows = await engine.outcome(
             engine.q(_FUSED_CLAIM),
             (
                 name,
-                ByteaArray([h.encode() for h in holders]),
-                ByteaArray([h.encode() for h in release]),
+                _holders(holders),
+                _holders(release),
                 policy.orphan_ttl,
                 min(policy.max_claim_attempts, INT4_MAX),
                 preference,

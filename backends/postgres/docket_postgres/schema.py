@@ -110,6 +110,12 @@ REQUIRED_FUNCTIONS: Final = (
     "admission_admit",
     "admission_finish",
     "admission_drop",
+    "queue_bucket",
+    "queue_grant",
+    "queue_open",
+    "queue_acquire",
+    "queue_renew",
+    "queue_release",
     "claim_with_slots",
 )
 

@@ -3047,6 +3047,134 @@ INSERT INTO "docket".meta (key, value) VALUES ('schema_version', '10') ON CONFLI
 
 -- docket-postgres schema version 11
 
+CREATE FUNCTION "docket".queue_bucket(
+    p_config jsonb, p_tokens float8, p_refilled timestamptz, p_now timestamptz)
+RETURNS float8 LANGUAGE sql IMMUTABLE AS $fn$
+SELECT CASE
+    WHEN p_config -> 'rate' IS NULL THEN p_tokens
+    WHEN p_now <= p_refilled THEN least((p_config -> 'rate' ->> 'count')::float8, p_tokens)
+    ELSE least((p_config -> 'rate' ->> 'count')::float8,
+               p_tokens + extract(epoch FROM (p_now - p_refilled))::float8
+                   * (p_config -> 'rate' ->> 'count')::float8
+                   / ((p_config -> 'rate' ->> 'period_ms')::float8 / 1000.0))
+END
+$fn$;
+
+CREATE FUNCTION "docket".queue_grant(
+    p_config jsonb, p_live bigint, p_bucket float8, p_want bigint)
+RETURNS bigint LANGUAGE sql IMMUTABLE AS $fn$
+SELECT CASE
+    WHEN coalesce((p_config ->> 'paused')::boolean, false) OR p_want <= 0 THEN 0
+    ELSE greatest(0, least(
+        p_want,
+        coalesce((p_config ->> 'execution_limit')::bigint - p_live, p_want),
+        CASE WHEN p_config -> 'rate' IS NULL THEN p_want
+             ELSE floor(p_bucket + 1e-9)::bigint END))
+END
+$fn$;
+
+CREATE FUNCTION "docket".queue_open(
+    p_queue text, p_release bytea[], p_holders bytea[], p_now timestamptz, p_default text)
+RETURNS TABLE (o_config jsonb, o_tokens float8, o_refilled timestamptz, o_now timestamptz,
+               o_released bigint, o_live bigint, o_fresh bytea[])
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF p_default IS NOT NULL THEN
+        INSERT INTO "docket".queues (name, config, tokens, refilled_at)
+        VALUES (p_queue, p_default, 0, coalesce(p_now, clock_timestamp()))
+        ON CONFLICT DO NOTHING;
+    END IF;
+    SELECT q.config::jsonb, q.tokens, q.refilled_at INTO o_config, o_tokens, o_refilled
+    FROM "docket".queues q WHERE q.name = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    o_now := coalesce(p_now, clock_timestamp());
+    DELETE FROM "docket".queue_slots s WHERE s.queue = p_queue AND s.expires_at < o_now;
+    o_released := 0;
+    IF cardinality(p_release) > 0 THEN
+        DELETE FROM "docket".queue_slots s
+        WHERE s.queue = p_queue AND s.holder = ANY(p_release);
+        GET DIAGNOSTICS o_released = ROW_COUNT;
+    END IF;
+    SELECT count(*) INTO o_live FROM "docket".queue_slots s WHERE s.queue = p_queue;
+    SELECT coalesce(array_agg(h.holder ORDER BY h.i), '{}') INTO o_fresh
+    FROM unnest(p_holders) WITH ORDINALITY AS h(holder, i)
+    WHERE NOT EXISTS (SELECT 1 FROM "docket".queue_slots s
+                      WHERE s.queue = p_queue AND s.holder = h.holder);
+    RETURN NEXT;
+END
+$fn$;
+
+CREATE FUNCTION "docket".queue_acquire(
+    p_queue text, p_holders bytea[], p_ttl interval, p_now timestamptz, p_default text)
+RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    q record;
+    v_bucket float8;
+    v_grant bigint;
+BEGIN
+    SELECT * INTO q FROM "docket".queue_open(p_queue, '{}', p_holders, p_now, p_default);
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_bucket := "docket".queue_bucket(q.o_config, q.o_tokens, q.o_refilled, q.o_now);
+    v_grant := "docket".queue_grant(q.o_config, q.o_live, v_bucket, cardinality(q.o_fresh));
+    IF v_grant > 0 THEN
+        INSERT INTO "docket".queue_slots (queue, holder, expires_at)
+        SELECT p_queue, h.holder, q.o_now + p_ttl
+        FROM unnest(q.o_fresh) WITH ORDINALITY AS h(holder, i) WHERE h.i <= v_grant;
+    END IF;
+    IF q.o_config -> 'rate' IS NOT NULL THEN
+        UPDATE "docket".queues SET tokens = v_bucket - v_grant,
+            refilled_at = greatest(q.o_refilled, q.o_now)
+        WHERE name = p_queue;
+    END IF;
+    RETURN v_grant;
+END
+$fn$;
+
+CREATE FUNCTION "docket".queue_renew(
+    p_queue text, p_holders bytea[], p_ttl interval, p_now timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    q record;
+    v_renewed bigint;
+BEGIN
+    SELECT * INTO q FROM "docket".queue_open(p_queue, '{}', '{}', p_now, NULL);
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE "docket".queue_slots s SET expires_at = q.o_now + p_ttl
+    WHERE s.queue = p_queue AND s.holder = ANY(p_holders);
+    GET DIAGNOSTICS v_renewed = ROW_COUNT;
+    RETURN v_renewed;
+END
+$fn$;
+
+CREATE FUNCTION "docket".queue_release(
+    p_queue text, p_holders bytea[], p_refund boolean, p_now timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    q record;
+    v_bucket float8;
+BEGIN
+    SELECT * INTO q FROM "docket".queue_open(p_queue, p_holders, '{}', p_now, NULL);
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF p_refund AND q.o_released > 0 AND q.o_config -> 'rate' IS NOT NULL THEN
+        v_bucket := "docket".queue_bucket(q.o_config, q.o_tokens, q.o_refilled, q.o_now);
+        UPDATE "docket".queues SET
+            tokens = least((q.o_config -> 'rate' ->> 'count')::float8,
+                           v_bucket + q.o_released),
+            refilled_at = greatest(q.o_refilled, q.o_now)
+        WHERE name = p_queue;
+    END IF;
+    RETURN q.o_released;
+END
+$fn$;
+
 CREATE FUNCTION "docket".claim_with_slots(
     p_queue text, p_holders bytea[], p_release bytea[], p_ttl interval,
     p_max_attempts integer, p_preference text, p_now timestamptz, p_fair boolean,
@@ -3057,95 +3185,44 @@ RETURNS TABLE (
     o_now timestamptz)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    v_config jsonb;
-    v_tokens float8;
-    v_refilled timestamptz;
-    v_now timestamptz;
-    v_count float8;
-    v_elapsed float8;
+    q record;
     v_bucket float8;
-    v_limit bigint;
-    v_live bigint;
-    v_fresh bytea[];
     v_grant bigint;
-    v_taken bigint;
-    v_rows bigint;
+    v_taken bigint := 0;
+    v_rows bigint := 0;
 BEGIN
-    IF p_default IS NOT NULL THEN
-        INSERT INTO "docket".queues (name, config, tokens, refilled_at)
-        VALUES (p_queue, p_default, 0, coalesce(p_now, clock_timestamp()))
-        ON CONFLICT DO NOTHING;
-    END IF;
-    SELECT q.config::jsonb, q.tokens, q.refilled_at INTO v_config, v_tokens, v_refilled
-    FROM "docket".queues q WHERE q.name = p_queue FOR UPDATE;
+    SELECT * INTO q
+    FROM "docket".queue_open(p_queue, p_release, p_holders, p_now, p_default);
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    v_now := coalesce(p_now, clock_timestamp());
-    DELETE FROM "docket".queue_slots s
-    WHERE s.queue = p_queue AND (s.expires_at < v_now OR s.holder = ANY(p_release));
-    SELECT count(*) INTO v_live FROM "docket".queue_slots s WHERE s.queue = p_queue;
-    SELECT coalesce(array_agg(h.holder ORDER BY h.i), '{}') INTO v_fresh
-    FROM unnest(p_holders) WITH ORDINALITY AS h(holder, i)
-    WHERE NOT EXISTS (SELECT 1 FROM "docket".queue_slots s
-                      WHERE s.queue = p_queue AND s.holder = h.holder);
-    v_count := (v_config -> 'rate' ->> 'count')::float8;
-    v_bucket := v_tokens;
-    IF v_count IS NOT NULL THEN
-        v_elapsed := extract(epoch FROM (v_now - v_refilled))::float8;
-        IF v_elapsed <= 0 THEN
-            v_bucket := least(v_count, v_tokens);
-        ELSE
-            v_bucket := least(v_count, v_tokens + v_elapsed * (
-                v_count / ((v_config -> 'rate' ->> 'period_ms')::float8 / 1000.0)));
+    v_bucket := "docket".queue_bucket(q.o_config, q.o_tokens, q.o_refilled, q.o_now);
+    v_grant := "docket".queue_grant(q.o_config, q.o_live, v_bucket, cardinality(q.o_fresh));
+    IF v_grant > 0 THEN
+        FOR o_tenant, o_run_id, o_graph_id, o_graph_hash, o_checkpoint_seq, o_token,
+            o_attempts, o_poisoned, o_now IN
+            SELECT * FROM "docket".claim_due(v_grant::integer, p_ttl, p_max_attempts,
+                                             p_preference, p_now, p_fair, ARRAY[p_queue])
+        LOOP
+            v_rows := v_rows + 1;
+            IF NOT o_poisoned THEN
+                v_taken := v_taken + 1;
+            END IF;
+            RETURN NEXT;
+        END LOOP;
+        IF v_rows = 0 THEN
+            o_now := q.o_now;
+            RETURN NEXT;
         END IF;
-    END IF;
-    v_grant := cardinality(v_fresh);
-    IF coalesce((v_config ->> 'paused')::boolean, false) THEN
-        v_grant := 0;
-    END IF;
-    v_limit := (v_config ->> 'execution_limit')::bigint;
-    IF v_limit IS NOT NULL THEN
-        v_grant := least(v_grant, v_limit - v_live);
-    END IF;
-    IF v_count IS NOT NULL THEN
-        v_grant := least(v_grant, floor(v_bucket + 1e-9)::bigint);
-    END IF;
-    IF v_grant <= 0 THEN
-        IF v_count IS NOT NULL AND (v_bucket, greatest(v_refilled, v_now))
-                IS DISTINCT FROM (v_tokens, v_refilled) THEN
-            UPDATE "docket".queues SET tokens = v_bucket,
-                refilled_at = greatest(v_refilled, v_now)
-            WHERE name = p_queue;
-        END IF;
-        RETURN;
-    END IF;
-    v_rows := 0;
-    v_taken := 0;
-    FOR o_tenant, o_run_id, o_graph_id, o_graph_hash, o_checkpoint_seq, o_token,
-        o_attempts, o_poisoned, o_now IN
-        SELECT * FROM "docket".claim_due(v_grant::integer, p_ttl, p_max_attempts,
-                                         p_preference, p_now, p_fair, ARRAY[p_queue])
-    LOOP
-        v_rows := v_rows + 1;
-        IF NOT o_poisoned THEN
-            v_taken := v_taken + 1;
-        END IF;
-        RETURN NEXT;
-    END LOOP;
-    IF v_rows = 0 THEN
-        o_now := v_now;
-        RETURN NEXT;
     END IF;
     IF v_taken > 0 THEN
         INSERT INTO "docket".queue_slots (queue, holder, expires_at)
-        SELECT p_queue, h.holder, v_now + p_ttl
-        FROM unnest(v_fresh) WITH ORDINALITY AS h(holder, i) WHERE h.i <= v_taken
-        ON CONFLICT (queue, holder) DO UPDATE SET expires_at = excluded.expires_at;
+        SELECT p_queue, h.holder, q.o_now + p_ttl
+        FROM unnest(q.o_fresh) WITH ORDINALITY AS h(holder, i) WHERE h.i <= v_taken;
     END IF;
-    IF v_count IS NOT NULL THEN
+    IF q.o_config -> 'rate' IS NOT NULL THEN
         UPDATE "docket".queues SET tokens = v_bucket - v_taken,
-            refilled_at = greatest(v_refilled, v_now)
+            refilled_at = greatest(q.o_refilled, q.o_now)
         WHERE name = p_queue;
     END IF;
     RETURN;

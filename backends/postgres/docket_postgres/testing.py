@@ -37,12 +37,14 @@ import socket
 import subprocess
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import psycopg
+from psycopg import sql
 
 if TYPE_CHECKING:
     from docket.contract import Limits
@@ -369,6 +371,23 @@ async def schema_catalog(url: str, schema: str) -> list[tuple[Any, ...]]:
         await conn.close()
 
 
+async def hold_slot(url: str, schema: str, queue: str, holder: str, ttl: timedelta) -> None:
+    """A slot of ``queue`` held by ``holder`` until ``ttl`` from now, written as any
+    release's ``acquire_slots`` leaves one (the upgrade tests seed older stores with it:
+    this release's ``acquire_slots`` needs the current schema's functions)."""
+    conn = await connect(url)
+    try:
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.queue_slots (queue, holder, expires_at) "
+                "VALUES (%s, %s, clock_timestamp() + %s)"
+            ).format(sql.Identifier(schema)),
+            (queue, holder.encode(), ttl),
+        )
+    finally:
+        await conn.close()
+
+
 async def open_backend(url: str, schema: str, **options: Any) -> PostgresBackend:
     """A :class:`~docket_postgres.PostgresBackend` on ``schema``, opened."""
     from docket_postgres.backend import PostgresBackend
@@ -403,6 +422,7 @@ __all__ = [
     "database_clock_backend",
     "find_bin_dir",
     "free_port",
+    "hold_slot",
     "open_backend",
     "schema_catalog",
 ]

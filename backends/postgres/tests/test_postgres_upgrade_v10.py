@@ -25,6 +25,7 @@ from docket_postgres import _engine as engine_module
 from docket_postgres import schema as schema_module
 from docket_postgres.schema import apply_migrations, migration_sql
 from docket_postgres.testing import connect as admin
+from docket_postgres.testing import hold_slot
 from docket_postgres.testing import open_backend as opened
 from docket_postgres.testing import schema_catalog as _catalog
 
@@ -44,7 +45,18 @@ Names = Callable[[str], str]
 PREVIOUS = 9
 # what versions 10 and later add to the shape check
 LATER_TABLES = ("queue_admissions",)
-LATER_FUNCTIONS = ("admission_admit", "admission_finish", "admission_drop", "claim_with_slots")
+LATER_FUNCTIONS = (
+    "admission_admit",
+    "admission_finish",
+    "admission_drop",
+    "queue_bucket",
+    "queue_grant",
+    "queue_open",
+    "queue_acquire",
+    "queue_renew",
+    "queue_release",
+    "claim_with_slots",
+)
 POLICY = ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=5)
 ONBOARDING = QueueConfig(name="onb", execution_limit=4, admission_limit=2, tenant_admission_limit=1)
 TTL = timedelta(hours=1)
@@ -82,7 +94,7 @@ async def _seed_at_previous(
         backend = await opened(url, schema)
         try:
             assert await backend.queues.set_queue(ONBOARDING) == ONBOARDING
-            assert await backend.queues.acquire_slots("onb", ["slot-1"], TTL) == 1
+            await hold_slot(url, schema, "onb", "slot-1", TTL)
             document = graph_document("g")
             ref = graph_ref(document)
             owner = Tenant("a")

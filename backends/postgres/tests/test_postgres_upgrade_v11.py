@@ -17,6 +17,7 @@ from docket_postgres import _engine as engine_module
 from docket_postgres import schema as schema_module
 from docket_postgres.schema import apply_migrations
 from docket_postgres.testing import connect as admin
+from docket_postgres.testing import hold_slot
 from docket_postgres.testing import open_backend as opened
 from docket_postgres.testing import schema_catalog as _catalog
 
@@ -25,7 +26,15 @@ from docket.records import GraphVersion, QueueConfig, Tenant
 
 Names = Callable[[str], str]
 PREVIOUS = 10
-LATER_FUNCTIONS = ("claim_with_slots",)
+LATER_FUNCTIONS = (
+    "queue_bucket",
+    "queue_grant",
+    "queue_open",
+    "queue_acquire",
+    "queue_renew",
+    "queue_release",
+    "claim_with_slots",
+)
 POLICY = ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=5)
 LIMITED = QueueConfig(name="lim", execution_limit=2)
 TTL = timedelta(hours=1)
@@ -52,7 +61,7 @@ async def _seed_at_previous(url: str, schema: str, monkeypatch: pytest.MonkeyPat
         backend = await opened(url, schema)
         try:
             assert await backend.queues.set_queue(LIMITED) == LIMITED
-            assert await backend.queues.acquire_slots("lim", ["old"], TTL) == 1
+            await hold_slot(url, schema, "lim", "old", TTL)
             document = graph_document("g")
             ref = graph_ref(document)
             owner = Tenant("a")

@@ -48,6 +48,12 @@ LATER_FUNCTIONS = (
     "admission_admit",
     "admission_finish",
     "admission_drop",
+    "queue_bucket",
+    "queue_grant",
+    "queue_open",
+    "queue_acquire",
+    "queue_renew",
+    "queue_release",
     "claim_with_slots",
 )
 POLICY = ClaimPolicy(limit=10, orphan_ttl=timedelta(hours=1), max_claim_attempts=5)

@@ -75,6 +75,12 @@ async def _seed_at_previous(
                     "admission_admit",
                     "admission_finish",
                     "admission_drop",
+                    "queue_bucket",
+                    "queue_grant",
+                    "queue_open",
+                    "queue_acquire",
+                    "queue_renew",
+                    "queue_release",
                     "claim_with_slots",
                 )
             ),
