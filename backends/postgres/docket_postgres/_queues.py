@@ -22,9 +22,9 @@ the call passes ``now`` or the backend runs on a test clock (:meth:`Engine.given
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import psycopg
 
@@ -47,9 +47,8 @@ from docket.records import (
 from docket.values import utc
 from docket_postgres._engine import INT4_MAX, Engine
 from docket_postgres._runs import CLAIMED_ROWS, PostgresRuns
-from docket_postgres.arrays import ByteaArray, TimestamptzArray
+from docket_postgres.arrays import ByteaArray
 
-R = TypeVar("R")
 Conn = psycopg.AsyncConnection[Any]
 
 _CREATE: Final = (
@@ -61,19 +60,9 @@ _LOCK: Final = (
     "SELECT config, tokens, refilled_at, coalesce(%s::timestamptz, clock_timestamp()) "
     "FROM @schema@.queues WHERE name = %s FOR UPDATE"
 )
-_SLOTS: Final = "SELECT holder, expires_at FROM @schema@.queue_slots WHERE queue = %s"
 _SAVE: Final = (
     "UPDATE @schema@.queues SET config = %s, tokens = %s, refilled_at = %s::timestamptz "
     "WHERE name = %s"
-)
-_DROP_SLOTS: Final = (
-    "DELETE FROM @schema@.queue_slots WHERE queue = %s AND holder = ANY(%s::bytea[])"
-)
-_PUT_SLOTS: Final = (
-    "INSERT INTO @schema@.queue_slots (queue, holder, expires_at) "
-    "SELECT %s, s.holder, s.expires_at "
-    "FROM unnest(%s::bytea[], %s::timestamptz[]) AS s(holder, expires_at) "
-    "ON CONFLICT (queue, holder) DO UPDATE SET expires_at = excluded.expires_at"
 )
 _FETCH: Final = "SELECT config FROM @schema@.queues WHERE name = %s"
 _CONFIGS: Final = "SELECT name, config FROM @schema@.queues"
@@ -107,13 +96,6 @@ _ACQUIRE: Final = (
 _RENEW: Final = "SELECT @schema@.queue_renew(%s, %s::bytea[], %s::interval, %s::timestamptz)"
 _RELEASE: Final = "SELECT @schema@.queue_release(%s, %s::bytea[], %s::boolean, %s::timestamptz)"
 
-#: A queue as loaded: its slots (holder -> expires_at) and its row (config, bucket).
-_Loaded = tuple[dict[str, datetime], tuple[QueueConfig, float, datetime | None]]
-
-
-def _holder(raw: Any) -> str:
-    return bytes(raw).decode()
-
 
 def _holders(holders: Sequence[str]) -> ByteaArray:
     return ByteaArray([h.encode() for h in holders])
@@ -131,77 +113,6 @@ class PostgresQueues:
         self._engine = engine
         self._runs = runs if runs is not None else PostgresRuns(engine)
 
-    async def _apply(
-        self,
-        name: str,
-        now: datetime | None,
-        op: Callable[[SlotLedger, datetime], R],
-    ) -> R | None:
-        """``op`` on the queue's ledger under its row lock, written back; ``None`` when
-        the queue does not exist (``set_queue``'s reconfiguration)."""
-        engine = self._engine
-        given = engine.given(now)
-
-        async def body(conn: Conn) -> R | None:
-            loaded = await self._load(conn, name, given)
-            if loaded is None:
-                return None
-            state, ledger, at = loaded
-            result = op(ledger, at)
-            await self._save(conn, name, state, ledger)
-            return result
-
-        return await engine.transaction(body, write=True)
-
-    async def _load(
-        self, conn: Conn, name: str, given: datetime | None
-    ) -> tuple[_Loaded, SlotLedger, datetime] | None:
-        """The queue's slots and row as read, its ledger and the time, under its row lock."""
-        engine = self._engine
-        row = await (await conn.execute(engine.q(_LOCK), (given, name))).fetchone()
-        if row is None:
-            return None
-        # read after the lock is granted: no slot another holder committed is missed
-        slots = await conn.execute(engine.q(_SLOTS), (name,))
-        config_text, tokens, refilled_at, at = row
-        before = {_holder(h): utc(e) for h, e in await slots.fetchall()}
-        config = queue_config_from_json(str(config_text))
-        ledger = SlotLedger(
-            config=config, holders=dict(before), tokens=float(tokens), refilled_at=utc(refilled_at)
-        )
-        row = (config, ledger.tokens, ledger.refilled_at)
-        return (before, row), ledger, utc(at)
-
-    async def _save(self, conn: Conn, name: str, loaded: _Loaded, ledger: SlotLedger) -> None:
-        engine = self._engine
-        assert ledger.refilled_at is not None
-        before, row = loaded
-        # the row unchanged since loaded (a queue without a rate, but for set_queue) is
-        # not written: a row version and a WAL record saved per operation
-        if row != (ledger.config, ledger.tokens, ledger.refilled_at):
-            await conn.execute(
-                engine.q(_SAVE),
-                (
-                    queue_config_to_json(ledger.config).decode(),
-                    ledger.tokens,
-                    ledger.refilled_at,
-                    name,
-                ),
-            )
-        gone = [h.encode() for h in before if h not in ledger.holders]
-        if gone:
-            await conn.execute(engine.q(_DROP_SLOTS), (name, ByteaArray(gone)))
-        moved = [(h, at) for h, at in ledger.holders.items() if before.get(h) != at]
-        if moved:
-            await conn.execute(
-                engine.q(_PUT_SLOTS),
-                (
-                    name,
-                    ByteaArray([h.encode() for h, _ in moved]),
-                    TimestamptzArray([at for _, at in moved]),
-                ),
-            )
-
     # -- configs ----------------------------------------------------------------------------
 
     async def set_queue(self, config: QueueConfig) -> QueueConfig:
@@ -210,19 +121,36 @@ class PostgresQueues:
         given = engine.given(None)
         fresh = SlotLedger.new(config, datetime.min)  # its tokens: a new bucket starts full
 
-        async def create(conn: Conn) -> bool:
-            cur = await conn.execute(
-                engine.q(_CREATE),
-                (config.name, queue_config_to_json(config).decode(), fresh.tokens, given),
+        async def body(conn: Conn) -> None:
+            row = None
+            while row is None:  # again only if the row was deleted by hand in between
+                cur = await conn.execute(
+                    engine.q(_CREATE),
+                    (config.name, queue_config_to_json(config).decode(), fresh.tokens, given),
+                )
+                if await cur.fetchone() is not None:
+                    return
+                # an existing queue: its bucket carried over (SlotLedger.reconfigure)
+                # under its row lock; its slots are not touched
+                row = await (await conn.execute(engine.q(_LOCK), (given, config.name))).fetchone()
+            old, tokens, refilled_at, at = row
+            ledger = SlotLedger(
+                config=queue_config_from_json(str(old)),
+                tokens=float(tokens),
+                refilled_at=utc(refilled_at),
             )
-            return await cur.fetchone() is not None
+            ledger.reconfigure(config, utc(at))
+            await conn.execute(
+                engine.q(_SAVE),
+                (
+                    queue_config_to_json(ledger.config).decode(),
+                    ledger.tokens,
+                    ledger.refilled_at,
+                    config.name,
+                ),
+            )
 
-        if not await engine.transaction(create, write=True):
-            await self._apply(
-                config.name,
-                None,
-                lambda ledger, now: ledger.reconfigure(config, now),
-            )
+        await engine.transaction(body, write=True)
         return config
 
     async def fetch_queue(self, name: str) -> QueueConfig | NotFound:
